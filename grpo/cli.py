@@ -1,0 +1,157 @@
+"""Command-line front door: composition, one-line errors, and the checks that run before Hydra.
+
+Hydra reports composition errors over several lines (and task errors with a traceback). Users of
+`python -m grpo` get one line instead: `preflight` composes the command line with Hydra's compose
+API first, and turns every problem (malformed override, unknown option, missing env, a type error
+in a value, a cross-field rule) into `error: ...` on stderr with exit code 2. Only light modules
+are imported here, so the answer comes back in about a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator, Sequence
+
+from omegaconf import DictConfig
+
+from grpo.errors import UserError
+
+CONFIG_MODULE = "grpo.conf"
+CONFIG_NAME = "config"
+EXIT_USER_ERROR = 2
+# Hydra flags after which preflight stays out of the way (Hydra prints help / info itself)
+_HYDRA_INFO_FLAGS = ("help", "hydra_help", "info", "shell_completion")
+
+
+def compose(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
+    """The run's config for `overrides`, composed exactly as `python -m grpo` composes it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    from grpo.config import register_schema
+
+    register_schema()
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        return hydra_compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group (e.g. the available envs), sorted."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+
+
+def one_line(ex: BaseException) -> str:
+    """An exception and its causes as one line (Hydra and OmegaConf messages span several)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    while ex is not None and id(ex) not in seen:
+        seen.add(id(ex))
+        for line in str(ex).splitlines():
+            line = line.strip()
+            if line and not line.startswith(("object_type=", "reference_type=", "Config search path")):
+                if line not in parts:
+                    parts.append(line)
+        ex = ex.__cause__ or ex.__context__
+    return "; ".join(parts) or "unknown error"
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)
+
+
+@contextlib.contextmanager
+def exit_on_user_error() -> Iterator[None]:
+    """Turn a UserError into one line on stderr and exit code 2 (no traceback) in a single run;
+    in a multirun the exception propagates so the launcher marks just that job failed."""
+    try:
+        yield
+    except UserError as ex:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or _is_multirun():
+            raise
+        fail(str(ex))
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _checkable_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """Overrides to compose for the check (the first value of each sweep) and, per key, all
+    discrete values a sweep asks for. Malformed overrides raise UserError."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except OverrideParseException as ex:
+        raise UserError(f"malformed override: {one_line(ex)}") from None
+    plain: list[str] = []
+    swept: dict[str, list[str]] = {}
+    for o in parsed:
+        if not o.is_sweep_override():
+            plain.append(o.input_line)
+        elif o.is_discrete_sweep() and o.value_type.name != "GLOB_CHOICE_SWEEP":
+            values = list(o.sweep_string_iterator())
+            swept[o.key_or_group] = values
+            plain.append(f"{o.get_key_element()}={values[0]}")
+        # interval sweeps (Optuna) have no value to check until the sweeper samples one
+    return plain, swept
+
+
+def check(overrides: list[str]) -> DictConfig:
+    """Compose and validate a command line; every problem is a UserError with one line."""
+    plain, swept = _checkable_overrides(overrides)
+    for key, values in swept.items():
+        options = _options_if_group(key)
+        for value in values if options else ():
+            if value not in options:
+                raise UserError(f"unknown {key} '{value}' (available: {', '.join(options)})")
+    try:
+        cfg = compose(plain)
+    except Exception as ex:  # Hydra / OmegaConf composition errors
+        from hydra.errors import MissingConfigException
+
+        if isinstance(ex, MissingConfigException) and ex.missing_cfg_file and ex.options is not None:
+            group, _, name = ex.missing_cfg_file.rpartition("/")
+            raise UserError(f"unknown {group} '{name}' (available: {', '.join(sorted(ex.options))})") from None
+        raise UserError(one_line(ex)) from None
+    if cfg.get("env") is None:
+        raise UserError(f"no environment selected: add +env=NAME (available: {', '.join(group_options('env'))})")
+    from grpo.config import validate
+
+    validate(cfg)
+    return cfg
+
+
+def _options_if_group(key: str) -> list[str]:
+    if "." in key or key.startswith("hydra"):
+        return []
+    return group_options(key)
+
+
+def preflight(argv: Sequence[str]) -> None:
+    """Check the command line before Hydra runs it; exit 2 with one line on a problem."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args, _ = get_args_parser().parse_known_args(list(argv))
+    except SystemExit:
+        return  # argparse already explained; Hydra will too
+    if any(getattr(args, flag, False) for flag in _HYDRA_INFO_FLAGS):
+        return
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return  # the user asked for Hydra's own full errors
+    try:
+        check(args.overrides or [])
+    except UserError as ex:
+        fail(str(ex))

@@ -1,0 +1,247 @@
+"""alphabet_sort: a multi-turn name-sorting task (Environments Hub alphabet-sort 0.1.5 semantics).
+
+Each row has 1..max_turns turns; every turn introduces new names and the model answers with all
+names so far, sorted by first name, inside <alphabetical_sorted> (turn 1) or
+<combined_alphabetical_sorted> (later turns), marking the names new in that turn with
+`// new name!`. A turn scores difflib.SequenceMatcher(None, pred, expected).ratio() ** power over
+the stripped, lower-cased, non-empty lines of the turn's last tag block; the rollout reward is the
+mean over the row's turns (an unanswered turn counts 0).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from grpo.envs.base import (
+    Environment,
+    Messages,
+    RewardFunc,
+    Row,
+    Rubric,
+    assistant_turns,
+    int_arg,
+    localized,
+    similarity_ratio,
+    tag_spans,
+)
+from grpo.envs.names import make_name_source
+from grpo.errors import UserError
+
+FIRST_TAG = "alphabetical_sorted"
+COMBINED_TAG = "combined_alphabetical_sorted"
+# suffix of a name introduced in the current turn (turn 2 on); a format token, never translated
+NEW_NAME_SUFFIX = " // new name!"
+
+# Every prompt text, per language. {names}: the turn's names, shuffled and joined by `separator`;
+# {template}: the `placeholder` lines of the format block.
+PROMPTS: dict[str, dict[str, str]] = {
+    "en": {
+        "first_turn": (
+            "Sort these names in alphabetical order by FIRST name: {names}\n\n"
+            "Use exactly this format:\n<alphabetical_sorted>\n{template}\n</alphabetical_sorted>"
+        ),
+        "follow_up": (
+            "Now sort ALL of these names alphabetically by FIRST name: {names}\n\n"
+            "These are in addition to the prior list. Mark any NEW names (that weren't in the prior "
+            "list) with `// new name!` at the end."
+        ),
+        "follow_up_template": (
+            "\n\nUse exactly this format:\n<combined_alphabetical_sorted>\n{template}\n</combined_alphabetical_sorted>"
+        ),
+        "same_format": " Follow the same format as before.",
+        "placeholder": "Name{i}",
+        "separator": ", ",
+    },
+}
+
+
+def answer_block(tag: str, lines: Sequence[str]) -> str:
+    """An assistant answer: the lines inside <tag>...</tag>, one per line."""
+    return f"<{tag}>\n" + "\n".join(lines) + f"\n</{tag}>"
+
+
+def turn_tag(turn: int) -> str:
+    """The answer tag of 1-based turn `turn`."""
+    return FIRST_TAG if turn == 1 else COMBINED_TAG
+
+
+def turn_score(text: Any, tag: str, expected_text: str, power: float) -> float:
+    """Score of one assistant message: the last <tag> block's stripped, lower-cased, non-empty
+    lines against `expected_text` (expected lines prepared the same way, joined by newlines)."""
+    if not isinstance(text, str):
+        return 0.0
+    spans = tag_spans(text, tag)
+    if not spans:
+        return 0.0
+    start, end = spans[-1]
+    lines = [stripped.lower() for line in text[start:end].split("\n") if (stripped := line.strip())]
+    if not lines:
+        return 0.0
+    return similarity_ratio("\n".join(lines), expected_text) ** power
+
+
+def expected_text(lines: Sequence[str]) -> str:
+    return "\n".join(line.strip().lower() for line in lines)
+
+
+def turn_scores(completion: Any, info: dict[str, Any], power: float) -> list[float]:
+    """Per-turn scores of a rollout; turns the model never answered score 0."""
+    ground_truths = info["ground_truths"]
+    num_turns = int(info["num_turns"])
+    answers = assistant_turns(completion) if isinstance(completion, list) else []
+    scores = []
+    for turn in range(1, num_turns + 1):
+        if turn > len(answers) or turn > len(ground_truths):
+            scores.append(0.0)
+        else:
+            scores.append(
+                turn_score(answers[turn - 1], turn_tag(turn), expected_text(ground_truths[turn - 1]), power)
+            )
+    return scores
+
+
+class AlphabetSortEnv(Environment):
+    name = "alphabet_sort"
+    multi_turn = True
+
+    def __init__(
+        self,
+        min_turns: int = 1,
+        max_turns: int = 3,
+        min_names_per_turn: int = 1,
+        max_names_per_turn: int = 5,
+        similarity_power: float = 4,
+        names_source: str | None = None,
+        seed: int = 0,
+        num_train_examples: int = 1000,
+        num_eval_examples: int = 100,
+        language: str = "en",
+        name: str | None = None,
+    ):
+        super().__init__(seed, num_train_examples, num_eval_examples, language, name)
+        self.prompts = localized(PROMPTS, language, self.name)
+        self.min_turns = int_arg("min_turns", min_turns, minimum=1)
+        self.max_turns = int_arg("max_turns", max_turns, minimum=self.min_turns)
+        self.min_names_per_turn = int_arg("min_names_per_turn", min_names_per_turn, minimum=1)
+        self.max_names_per_turn = int_arg(
+            "max_names_per_turn", max_names_per_turn, minimum=self.min_names_per_turn
+        )
+        if (
+            isinstance(similarity_power, bool)
+            or not isinstance(similarity_power, (int, float))
+            or similarity_power <= 0
+        ):
+            raise UserError(f"env.similarity_power: expected a positive number, got {similarity_power!r}")
+        self.similarity_power = similarity_power
+        self.names = make_name_source(names_source, language, self.max_turns * self.max_names_per_turn)
+        self.rubric = Rubric([RewardFunc("alphabet_sort_reward", self._reward, 1.0)])
+
+    # ---- dataset -----------------------------------------------------------------------------
+    def sort_names(self, names: Sequence[str]) -> list[str]:
+        """Alphabetical order "by FIRST name": code-point order of the whole joined name."""
+        return sorted(names)
+
+    def make_row(self, rng: random.Random, index: int, split: str) -> Row:
+        num_turns = rng.randint(self.min_turns, self.max_turns)
+        counts = [rng.randint(self.min_names_per_turn, self.max_names_per_turn) for _ in range(num_turns)]
+        pool = self.names.draw(rng, sum(counts))
+        turn_names, start = [], 0
+        for count in counts:
+            turn_names.append(pool[start : start + count])
+            start += count
+        shown = []
+        for names in turn_names:
+            shuffled = list(names)
+            rng.shuffle(shuffled)
+            shown.append(shuffled)
+        prompts = self.turn_prompts(turn_names, shown)
+        return Row(
+            id=index,
+            prompt=[{"role": "user", "content": prompts[0]}],
+            info={
+                "turn_names": turn_names,
+                "ground_truths": self.ground_truths(turn_names),
+                "follow_ups": prompts[1:],
+                "num_turns": num_turns,
+            },
+            language=self.language,
+        )
+
+    def ground_truths(self, turn_names: Sequence[Sequence[str]]) -> list[list[str]]:
+        """Expected answer lines of every turn: all names so far, sorted; from turn 2 on, the
+        names introduced in that turn end with ` // new name!`."""
+        out: list[list[str]] = []
+        seen: list[str] = []
+        for turn, names in enumerate(turn_names, 1):
+            seen.extend(names)
+            new = set(names) if turn > 1 else set()
+            out.append([n + NEW_NAME_SUFFIX if n in new else n for n in self.sort_names(seen)])
+        return out
+
+    def turn_prompts(self, turn_names: Sequence[Sequence[str]], shown: Sequence[Sequence[str]]) -> list[str]:
+        """The user message of every turn; `shown` is each turn's names in display order."""
+        p = self.prompts
+        prompts: list[str] = []
+        previous = 0
+        for turn, names in enumerate(shown, 1):
+            listed = p["separator"].join(names)
+            count = previous + len(turn_names[turn - 1])
+            if turn == 1:
+                template = "\n".join(p["placeholder"].format(i=i) for i in range(1, count + 1))
+                prompts.append(p["first_turn"].format(names=listed, template=template))
+            elif turn == 2:
+                template = "\n".join(
+                    p["placeholder"].format(i=i) + (NEW_NAME_SUFFIX if i > previous else "")
+                    for i in range(1, count + 1)
+                )
+                prompts.append(
+                    p["follow_up"].format(names=listed) + p["follow_up_template"].format(template=template)
+                )
+            else:
+                prompts.append(p["follow_up"].format(names=listed) + p["same_format"])
+            previous = count
+        return prompts
+
+    # ---- interaction -------------------------------------------------------------------------
+    def initial_state(self, row: Row) -> dict[str, Any]:
+        return {"turn": 0, "num_turns": self.num_turns(row)}
+
+    def env_response(self, messages: Messages, state: dict[str, Any], row: Row) -> Messages | None:
+        answered = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+        state["turn"] = answered
+        if answered < 1:
+            raise ValueError("env_response is called after a model turn; the conversation has none")
+        if answered >= self.num_turns(row):
+            return None
+        return [{"role": "user", "content": row.info["follow_ups"][answered - 1]}]
+
+    def reference_completion(self, row: Row) -> Messages:
+        completion: Messages = []
+        for turn, lines in enumerate(row.info["ground_truths"], 1):
+            completion.append({"role": "assistant", "content": answer_block(turn_tag(turn), lines)})
+            if turn < row.info["num_turns"]:
+                completion.append({"role": "user", "content": row.info["follow_ups"][turn - 1]})
+        return completion
+
+    # ---- scoring -----------------------------------------------------------------------------
+    def turn_scores(self, completion: Messages, info: dict[str, Any]) -> list[float]:
+        """Per-turn scores (for logging); the reward is their mean."""
+        return turn_scores(completion, info, self.similarity_power)
+
+    def _reward(
+        self,
+        completion: Any = None,
+        info: dict[str, Any] | None = None,
+        state: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> float:
+        info = dict(info or {})
+        if "num_turns" not in info and state:
+            info["num_turns"] = state.get("num_turns", 0)
+        scores = self.turn_scores(completion, info)
+        total = 0.0
+        for score in scores:
+            total += score
+        return total / len(scores) if scores else 0.0

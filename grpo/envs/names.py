@@ -1,0 +1,226 @@
+"""Where alphabet_sort's names come from.
+
+The offline default draws "FirstLast" names (no space, as in "MarcoEllero") from faker's person
+word lists with the caller's own `random.Random`, so rows depend only on the env seed (not on
+faker's global state). A user source is a pool of names read once: a local .txt (one name per
+line), .jsonl / .json / .csv with a `names` column, a `datasets.save_to_disk` directory, or a hub
+dataset id with a `names` column. Cells of the `names` column may hold one name or a list of names.
+Names are space-stripped and de-duplicated, keeping their first-seen order.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from grpo.errors import UserError
+
+# faker locale whose person provider supplies each language's names
+FAKER_LOCALES = {"en": "en_US"}
+NAMES_COLUMN = "names"
+_LOCAL_SUFFIXES = (".txt", ".jsonl", ".json", ".csv")
+
+
+class NameSource(Protocol):
+    def draw(self, rng: random.Random, k: int) -> list[str]:
+        """k distinct names."""
+        ...
+
+
+class FakerNames:
+    """First and last names from faker's locale lists, drawn with faker's frequency weights."""
+
+    def __init__(self, language: str = "en"):
+        import importlib
+
+        locale = FAKER_LOCALES.get(language)
+        if locale is None:
+            raise UserError(
+                f"env.names_source: no built-in names for language {language!r} "
+                f"(built-in: {', '.join(sorted(FAKER_LOCALES))}); set env.names_source to a names file"
+            )
+        provider = importlib.import_module(f"faker.providers.person.{locale}").Provider
+        self.first_names, self.first_cum = _weighted(provider.first_names)
+        self.last_names, self.last_cum = _weighted(provider.last_names)
+
+    def draw(self, rng: random.Random, k: int) -> list[str]:
+        names: list[str] = []
+        seen: set[str] = set()
+        while len(names) < k:
+            first = rng.choices(self.first_names, cum_weights=self.first_cum)[0]
+            last = rng.choices(self.last_names, cum_weights=self.last_cum)[0]
+            name = (first + last).replace(" ", "")
+            if name not in seen:
+                seen.add(name)
+                names.append(name)
+        return names
+
+
+class ListNames:
+    """A fixed pool of distinct names (from a file or a dataset)."""
+
+    def __init__(self, names: Sequence[str], origin: str):
+        self.names = list(names)
+        self.origin = origin
+
+    def draw(self, rng: random.Random, k: int) -> list[str]:
+        return rng.sample(self.names, k)
+
+
+def _weighted(table: Any) -> tuple[list[str], list[float]]:
+    """Names and cumulative weights of a faker word list (a weighted dict or a plain sequence)."""
+    if isinstance(table, dict):
+        names = list(table)
+        weights = [float(w) for w in table.values()]
+    else:
+        names = list(table)
+        weights = [1.0] * len(names)
+    cum, total = [], 0.0
+    for w in weights:
+        total += w
+        cum.append(total)
+    return names, cum
+
+
+def make_name_source(names_source: str | None, language: str, needed: int) -> NameSource:
+    """The name source for `env.names_source` (None = faker); a pool must hold at least
+    `needed` distinct names (the most one row can ask for)."""
+    if names_source is None:
+        return FakerNames(language)
+    if not isinstance(names_source, str) or not names_source.strip():
+        raise UserError(f"env.names_source: expected a path or a hub dataset id, got {names_source!r}")
+    names = load_names(names_source)
+    if len(names) < needed:
+        raise UserError(
+            f"env.names_source {names_source!r}: has {len(names)} distinct names but a row can need "
+            f"{needed} (max_turns * max_names_per_turn); add names or lower those limits"
+        )
+    return ListNames(names, names_source)
+
+
+def load_names(source: str) -> list[str]:
+    """Distinct, space-stripped names from a local file / saved dataset dir / hub dataset id."""
+    path = Path(source).expanduser()
+    if path.is_file():
+        return _distinct(_names_from_file(path, source))
+    if path.is_dir():
+        return _distinct(_names_from_dataset(_load_saved_dataset(path, source), source))
+    if _looks_local(source):
+        raise UserError(f"env.names_source {source!r}: file not found; give an existing file or directory")
+    return _distinct(_names_from_dataset(_load_hub_dataset(source), source))
+
+
+def _looks_local(source: str) -> bool:
+    return source.lower().endswith(_LOCAL_SUFFIXES) or source.startswith(("/", ".", "~")) or "\\" in source
+
+
+def _names_from_file(path: Path, source: str) -> Iterable[str]:
+    suffix = path.suffix.lower()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as ex:
+        raise UserError(f"env.names_source {source!r}: cannot read it ({ex})") from None
+    if suffix == ".jsonl":
+        records = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as ex:
+                    raise UserError(
+                        f"env.names_source {source!r} line {lineno}: invalid JSON ({ex})"
+                    ) from None
+        return _column(records, source)
+    if suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as ex:
+            raise UserError(f"env.names_source {source!r}: invalid JSON ({ex})") from None
+        # either {"names": [...]} or a list of records with a `names` field
+        records = [data] if isinstance(data, dict) else data
+        if not isinstance(records, list):
+            raise UserError(
+                f"env.names_source {source!r}: expected a list of records or an object with `names`"
+            )
+        return _column(records, source)
+    if suffix == ".csv":
+        reader = csv.DictReader(text.splitlines())
+        if NAMES_COLUMN not in (reader.fieldnames or []):
+            raise UserError(
+                f"env.names_source {source!r}: no `{NAMES_COLUMN}` column (columns: {reader.fieldnames})"
+            )
+        return [row[NAMES_COLUMN] or "" for row in reader]
+    # .txt and anything else: one name per line
+    return text.splitlines()
+
+
+def _column(records: list[Any], source: str) -> list[str]:
+    names: list[str] = []
+    for i, record in enumerate(records):
+        if not isinstance(record, dict) or NAMES_COLUMN not in record:
+            raise UserError(f"env.names_source {source!r} record {i}: no `{NAMES_COLUMN}` field")
+        names.extend(_cell(record[NAMES_COLUMN], source, i))
+    return names
+
+
+def _cell(value: Any, source: str, index: int) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise UserError(
+        f"env.names_source {source!r} record {index}: `{NAMES_COLUMN}` must be a string or a list of strings"
+    )
+
+
+def _load_saved_dataset(path: Path, source: str) -> Any:
+    from datasets import DatasetDict, load_from_disk
+
+    try:
+        data = load_from_disk(str(path))
+    except Exception as ex:  # datasets raises several types for a dir that is not a saved dataset
+        raise UserError(
+            f"env.names_source {source!r}: not a datasets.save_to_disk directory ({ex})"
+        ) from None
+    if isinstance(data, DatasetDict):
+        data = data["train"] if "train" in data else data[next(iter(data))]
+    return data
+
+
+def _load_hub_dataset(source: str) -> Any:
+    from datasets import load_dataset
+
+    try:
+        return load_dataset(source, split="train")
+    except Exception as ex:  # offline, unknown id, no train split: all mean "can't use it"
+        reason = str(ex).strip().splitlines()[0] if str(ex).strip() else type(ex).__name__
+        raise UserError(
+            f"env.names_source {source!r}: not a local file or directory, and loading it as a hub "
+            f"dataset failed ({reason}); give a local names file or check the id and network"
+        ) from None
+
+
+def _names_from_dataset(data: Any, source: str) -> list[str]:
+    columns = list(getattr(data, "column_names", []) or [])
+    if NAMES_COLUMN not in columns:
+        raise UserError(f"env.names_source {source!r}: no `{NAMES_COLUMN}` column (columns: {columns})")
+    names: list[str] = []
+    for i, value in enumerate(data[NAMES_COLUMN]):
+        names.extend(_cell(value, source, i))
+    return names
+
+
+def _distinct(names: Iterable[str]) -> list[str]:
+    """Space-stripped, non-empty, first occurrence kept (the sort key is the joined name)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for name in names:
+        joined = name.strip().replace(" ", "")
+        if joined and joined not in seen:
+            seen.add(joined)
+            out.append(joined)
+    return out

@@ -1,0 +1,106 @@
+"""What a generation backend is: the request/result types and the protocol the rollout engine calls.
+
+A backend answers ONE call per turn for all active conversations (`generate(requests, sampling)`).
+There are two kinds:
+
+- token-level (`token_level = True`, e.g. hf, vllm): requests carry `prompt_ids`, results carry the
+  generated token ids and their log-probabilities. Such a backend also exposes the tokenizer side
+  the engine needs to keep ids exact across turns: `render`, `encode`, `decode`, `eos_token_ids`.
+- text-level (`token_level = False`, e.g. an OpenAI-compatible endpoint): requests carry `messages`,
+  results carry text only (no ids, no logprobs). Evaluation only.
+
+This module is light (no torch): the config check and the engine import it freely.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from grpo.errors import UserError
+
+Messages = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the model samples. temperature 0 means greedy decoding (no sampling, seed unused)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    # max new tokens of one model turn (the engine also caps it by the remaining completion budget)
+    max_tokens_per_turn: int = 128
+    # None: draw from the global RNG; an int makes a set of rollouts reproducible
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise UserError(f"sampling temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise UserError(f"sampling top_p must be in (0, 1], got {self.top_p}")
+        if isinstance(self.max_tokens_per_turn, bool) or int(self.max_tokens_per_turn) < 1:
+            raise UserError(
+                f"generation.max_tokens_per_turn must be >= 1, got {self.max_tokens_per_turn}: set it to e.g. 128"
+            )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+@dataclass
+class GenRequest:
+    """One conversation's next model turn."""
+
+    max_new_tokens: int
+    # token-level backends: the exact ids the model conditions on (prompt + completion so far)
+    prompt_ids: list[int] | None = None
+    # text-level backends: the conversation so far
+    messages: Messages | None = None
+    # per-conversation seed for this turn (endpoints take one per request); None = unseeded
+    seed: int | None = None
+
+
+@dataclass
+class GenResult:
+    """The model's reply to one request."""
+
+    text: str
+    # generated ids, including the stop token when the model emitted one (empty for text-level)
+    token_ids: list[int] = field(default_factory=list)
+    # log-probability of each generated id under the sampling distribution used (empty for text-level)
+    logprobs: list[float] = field(default_factory=list)
+    # True: the model stopped on its own (EOS / stop); False: it hit max_new_tokens
+    finished: bool = True
+    # tokens the model generated (len(token_ids), or the endpoint's usage count; 0 if unknown)
+    num_tokens: int = 0
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """The one method every backend has; token-level backends add the tokenizer side below."""
+
+    token_level: bool
+
+    def generate(self, requests: Sequence[GenRequest], sampling: Sampling) -> list[GenResult]:
+        """One reply per request, in order. `sampling.seed` seeds this call as a whole."""
+        ...
+
+
+@runtime_checkable
+class TokenBackend(GenerationBackend, Protocol):
+    """A token-level backend: the engine renders and tokenises through it, so ids stay exact."""
+
+    eos_token_ids: frozenset[int]
+
+    def render(self, messages: Messages, add_generation_prompt: bool) -> str:
+        """The chat template applied to `messages` (as text)."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, without adding special tokens (the template already has them)."""
+        ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...

@@ -1,0 +1,321 @@
+"""vLLM generation backends (GPU only), built on TRL's own vLLM integration.
+
+Two modes, as in TRL:
+- vllm_colocate: a vLLM engine inside the training process, sharing its GPU. During training it is
+  the engine TRL's GRPOTrainer creates (`trainer.vllm_generation.llm`), whose weights TRL syncs
+  from the policy before every generation step.
+- vllm_server: a vLLM server on another GPU, started beforehand (README):
+      VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 vllm serve Qwen/Qwen3-0.6B --port 8000 \\
+          --weight-transfer-config '{"backend": "nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1
+  (`trl vllm-serve --model ... --port 8000` runs the same command). TRL's client pushes the
+  policy's weights to it over NCCL before every generation step.
+
+Either way the backend is token-level: the rollout engine sends the exact token ids of every
+conversation and gets back the sampled ids with their log-probabilities under the sampling
+distribution (processed logprobs), which TRL uses for its importance-sampling correction. All the
+active conversations of a turn go to vLLM in ONE call.
+
+Outside training (an evaluation before any training step), the factories build their own engine:
+a colocated `vllm.LLM` on the model's weights, or a client of the server. After training, an
+evaluation in the same process reuses the trainer's engine (registered by grpo.train with
+`use_trainer_engine`), whose weights are the trained ones.
+
+Importing this module is light: vllm and trl load when a backend is built.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from grpo.generation.base import GenRequest, GenResult, Messages, Sampling
+
+# the engine of the last GRPOTrainer built with vLLM in this process (see use_trainer_engine)
+_TRAINER_ENGINE: dict[str, Any] = {}
+
+
+class VLLMBackend:
+    """Token-level backend over a colocated `vllm.LLM` (`llm`) or a TRL `VLLMClient` (`client`)."""
+
+    token_level = True
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        llm: Any = None,
+        client: Any = None,
+        model_cfg: Any = None,
+        eos_token_ids: Sequence[int] = (),
+    ):
+        if (llm is None) == (client is None):
+            raise ValueError("VLLMBackend needs exactly one of llm (colocate) or client (server)")
+        self.tokenizer = tokenizer
+        self.llm = llm
+        self.client = client
+        self.model_cfg = model_cfg if model_cfg is not None else {}
+        ids = set(int(i) for i in eos_token_ids)
+        if tokenizer.eos_token_id is not None:
+            ids.add(int(tokenizer.eos_token_id))
+        if not ids:
+            raise ValueError("the vLLM backend needs at least one EOS token id")
+        self.eos_token_ids = frozenset(ids)
+
+    # ---- tokenizer side (same as the hf backend, so the engine's ids stay exact) ---------------
+    def render(self, messages: Messages, add_generation_prompt: bool) -> str:
+        from grpo.models import render_chat
+
+        return render_chat(
+            self.tokenizer, messages, self.model_cfg, add_generation_prompt=add_generation_prompt
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    # ---- generation ---------------------------------------------------------------------------
+    def generate(self, requests: Sequence[GenRequest], sampling: Sampling) -> list[GenResult]:
+        if not requests:
+            return []
+        for r in requests:
+            if not r.prompt_ids:
+                raise ValueError("the vLLM backend needs non-empty prompt_ids in every request")
+        if self.llm is not None:
+            ids, logprobs = self._generate_colocate(requests, sampling)
+        else:
+            ids, logprobs = self._generate_server(requests, sampling)
+        return [
+            self._result(tokens, lps, r.max_new_tokens)
+            for tokens, lps, r in zip(ids, logprobs, requests, strict=True)
+        ]
+
+    def _sampling_kwargs(self, sampling: Sampling) -> dict[str, Any]:
+        return {
+            "n": 1,
+            # vLLM treats temperature 0 as greedy, like our Sampling
+            "temperature": float(sampling.temperature),
+            "top_p": float(sampling.top_p),
+            # no top-k / min-p / penalties: the distribution must be exactly the configured one,
+            # the one TRL recomputes log-probs under
+            "top_k": 0,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "logprobs": 0,
+        }
+
+    def _generate_colocate(
+        self, requests: Sequence[GenRequest], sampling: Sampling
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        from trl.generation.vllm_generation import extract_logprobs
+        from vllm import SamplingParams
+
+        base = self._sampling_kwargs(sampling)
+        # one SamplingParams per conversation: each has its own remaining token budget and seed
+        params = [
+            SamplingParams(
+                **base,
+                max_tokens=int(r.max_new_tokens),
+                stop_token_ids=sorted(self.eos_token_ids),
+                seed=r.seed,
+            )
+            for r in requests
+        ]
+        prompts = [{"prompt_token_ids": list(r.prompt_ids or ())} for r in requests]
+        outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
+        ids = [list(out.outputs[0].token_ids) for out in outputs]
+        logprobs, logprob_ids = extract_logprobs(outputs)
+        return ids, _sampled_logprobs(ids, logprobs, logprob_ids)
+
+    def _generate_server(
+        self, requests: Sequence[GenRequest], sampling: Sampling
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        kwargs = self._sampling_kwargs(sampling)
+        kwargs.pop("n")
+        extra: dict[str, Any] = {"stop_token_ids": sorted(self.eos_token_ids)}
+        if sampling.seed is not None:
+            extra["seed"] = int(sampling.seed)
+        # The server takes one max_tokens per call: ask for the largest budget and cut each
+        # conversation at its own (sampling is left to right, so the first k tokens of a longer
+        # sample are distributed exactly like a sample capped at k).
+        out = self.client.generate(
+            prompts=[list(r.prompt_ids or ()) for r in requests],
+            n=1,
+            max_tokens=max(int(r.max_new_tokens) for r in requests),
+            generation_kwargs=extra,
+            **kwargs,
+        )
+        ids = [list(seq) for seq in out["completion_ids"]]
+        return ids, _sampled_logprobs(ids, out.get("logprobs"), out.get("logprob_token_ids"))
+
+    def _result(self, ids: list[int], logprobs: list[float], limit: int) -> GenResult:
+        ids, logprobs = ids[:limit], logprobs[:limit]
+        finished = False
+        for pos, tok in enumerate(ids):
+            if tok in self.eos_token_ids:
+                ids, logprobs, finished = ids[: pos + 1], logprobs[: pos + 1], True
+                break
+        return GenResult(
+            text=self.decode(ids, skip_special_tokens=True),
+            token_ids=ids,
+            logprobs=logprobs,
+            finished=finished,
+            num_tokens=len(ids),
+        )
+
+
+def _sampled_logprobs(
+    ids: list[list[int]], logprobs: list[Any] | None, logprob_ids: list[Any] | None
+) -> list[list[float]]:
+    """Per sequence, the log-prob of each sampled token (NaN where vLLM has none): vLLM returns
+    (sequence, position, k) candidates and always includes the sampled token among them."""
+    out: list[list[float]] = []
+    for s, seq in enumerate(ids):
+        row: list[float] = []
+        for p, tok in enumerate(seq):
+            value = math.nan
+            if logprobs is not None and logprob_ids is not None:
+                for lp, cand in zip(logprobs[s][p], logprob_ids[s][p], strict=False):
+                    if cand == tok:
+                        value = math.nan if lp is None else float(lp)
+                        break
+            row.append(value)
+        out.append(row)
+    return out
+
+
+# ---- backends for the trainer and for evaluation ------------------------------------------------
+
+
+def trainer_backend(
+    vllm_generation: Any, tokenizer: Any, model_cfg: Any, eos_token_ids: Sequence[int]
+) -> VLLMBackend:
+    """The backend over a GRPOTrainer's vLLM engine (`trainer.vllm_generation`). TRL syncs the
+    policy's weights into it before each generation step, so rollouts sample the current policy."""
+    if vllm_generation.mode == "colocate":
+        return VLLMBackend(
+            tokenizer, llm=vllm_generation.llm, model_cfg=model_cfg, eos_token_ids=eos_token_ids
+        )
+    # TRL keeps its client (and the weight-sync channel) on the main process only; other
+    # processes generate through a client of their own (generation needs no weight channel).
+    client = getattr(vllm_generation, "vllm_client", None)
+    if client is None:
+        client = _server_client(
+            vllm_generation.server_base_url,
+            vllm_generation.server_host,
+            vllm_generation.server_port,
+            vllm_generation.server_timeout,
+        )
+    return VLLMBackend(tokenizer, client=client, model_cfg=model_cfg, eos_token_ids=eos_token_ids)
+
+
+def use_trainer_engine(vllm_generation: Any, eos_token_ids: Sequence[int]) -> None:
+    """Make later evaluations in this process generate with a trainer's engine (trained weights)."""
+    _TRAINER_ENGINE.update(engine=vllm_generation, eos=tuple(eos_token_ids))
+
+
+def _server_client(base_url: str | None, host: str, port: int, timeout_s: float) -> Any:
+    from trl.generation.vllm_client import VLLMClient
+
+    return VLLMClient(base_url=base_url, host=host, server_port=port, connection_timeout=timeout_s)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids = [configured] if isinstance(configured, int) else list(configured or [])
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    from grpo.generation import _get as get
+
+    return get(cfg, key, default)
+
+
+def _tokenizer(tokenizer: Any, model_cfg: Any) -> Any:
+    if tokenizer is not None:
+        return tokenizer
+    from grpo.models import load_tokenizer
+
+    return load_tokenizer(model_cfg)
+
+
+def _trainer_engine(mode: str, tokenizer: Any, model_cfg: Any) -> VLLMBackend | None:
+    engine = _TRAINER_ENGINE.get("engine")
+    if engine is None or engine.mode != mode:
+        return None
+    return trainer_backend(engine, _tokenizer(tokenizer, model_cfg), model_cfg, _TRAINER_ENGINE["eos"])
+
+
+def weights_dir(model: Any, tokenizer: Any, model_cfg: Any) -> str:
+    """A path vLLM can load the policy from: the pretrained path, or (random weights / a model
+    in memory) a temporary copy saved from the model."""
+    path = _get(model_cfg, "path")
+    if model is None and _get(model_cfg, "source", "pretrained") == "pretrained" and path:
+        return str(path)
+    if model is None:
+        from grpo.models import load_policy
+
+        model, tokenizer = load_policy(model_cfg)
+    out = Path(tempfile.mkdtemp(prefix="grpo-vllm-weights-"))
+    model.save_pretrained(out)
+    _tokenizer(tokenizer, model_cfg).save_pretrained(out)
+    return str(out)
+
+
+def make_colocate_backend(gen_cfg: Any, model: Any, tokenizer: Any, model_cfg: Any) -> VLLMBackend:
+    """generation=vllm_colocate outside a trainer: the trainer's engine after training, else an
+    engine of our own on the model's weights."""
+    reused = _trainer_engine("colocate", tokenizer, model_cfg)
+    if reused is not None:
+        return reused
+    from vllm import LLM
+
+    tokenizer = _tokenizer(tokenizer, model_cfg)
+    path = weights_dir(model, tokenizer, model_cfg)
+    extra = dict(_get(gen_cfg, "extra") or {})
+    llm = LLM(
+        model=path,
+        gpu_memory_utilization=float(_get(gen_cfg, "gpu_memory_utilization", 0.3)),
+        max_model_len=extra.get("max_model_length"),
+        tensor_parallel_size=int(extra.get("tensor_parallel_size", 1)),
+        dtype=_get(model_cfg, "dtype", "auto"),
+        trust_remote_code=bool(_get(model_cfg, "trust_remote_code", False)),
+        # the returned log-probs are those of the distribution actually sampled from
+        logprobs_mode="processed_logprobs",
+        seed=int(_get(model_cfg, "seed", 0) or 0),
+    )
+    return VLLMBackend(tokenizer, llm=llm, model_cfg=model_cfg, eos_token_ids=_eos_ids(model, tokenizer))
+
+
+def make_server_backend(gen_cfg: Any, model: Any, tokenizer: Any, model_cfg: Any) -> VLLMBackend:
+    """generation=vllm_server outside a trainer: a client of the running server (whose weights
+    are the last ones a trainer pushed, or the served checkpoint)."""
+    reused = _trainer_engine("server", tokenizer, model_cfg)
+    if reused is not None:
+        return reused
+    tokenizer = _tokenizer(tokenizer, model_cfg)
+    client = _server_client(
+        server_base_url(gen_cfg),
+        str(_get(gen_cfg, "host", "127.0.0.1")),
+        int(_get(gen_cfg, "port", 8000)),
+        float(_get(gen_cfg, "timeout_s", 120.0)),
+    )
+    return VLLMBackend(
+        tokenizer, client=client, model_cfg=model_cfg, eos_token_ids=_eos_ids(model, tokenizer)
+    )
+
+
+def server_base_url(gen_cfg: Any) -> str | None:
+    """generation.base_url without an OpenAI-style /v1 suffix (TRL's client adds its own paths)."""
+    url = _get(gen_cfg, "base_url")
+    if not url:
+        return None
+    url = str(url).rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url

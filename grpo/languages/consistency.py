@@ -1,0 +1,219 @@
+"""Language-consistency reward: the share of the answer's words that are in the target language
+(DeepSeek-R1's language-consistency reward).
+
+Counting:
+- Words by script (grpo.languages.script): each Han or kana character is one word; Hangul,
+  Arabic, Devanagari, Cyrillic and Latin words are runs of letters. Digits, punctuation and
+  symbols are no words.
+- Left out before counting: code (``` fences and `inline` spans), XML-like tags (<answer>, the
+  tag only: its content counts), LaTeX commands (\\boxed), URLs, and the caller's `ignore`
+  strings (the task's names, format tokens such as `// new name!`).
+- A word of a script the language is not written in counts against it (English in a Chinese
+  answer, kana in a Chinese answer, Cyrillic in a German one).
+- Latin-script languages (en de es fr sv) share their script, so Latin words are attributed by an
+  offline language identifier (fastText lid.176, grpo.languages.identify), sentence by sentence:
+  sentences shorter than MIN_ID_WORDS Latin words join the next one, and the identifier reads at
+  most MAX_ID_WORDS words of each (enough to tell a sentence's language, and it bounds the cost).
+- Chinese: Han characters in a sentence that also has kana are Japanese, so they count against.
+The reward is target words / counted words, in [0, 1]. A text with no countable word (empty,
+whitespace, only tags, names or numbers, not a string) scores 0.0: silence is no evidence of
+answering in the language, and a constant for a whole group changes no GRPO advantage. Never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from grpo.languages.script import WORD_RES, foreign_letter_re, other_words_re, words_re
+from grpo.languages.spec import MIX, NEW_NAME_MARKER, LanguageSpec, get_spec
+
+log = logging.getLogger(__name__)
+
+REWARD_NAME = "language_consistency"
+# shorter sentences are identified together with the next one (fastText is unreliable on 1-2 words)
+MIN_ID_WORDS = 3
+# words of a sentence the identifier reads
+MAX_ID_WORDS = 8
+# format tokens ignored by default (alphabet_sort's marker is kept untranslated in every language)
+DEFAULT_IGNORE: tuple[str, ...] = (NEW_NAME_MARKER,)
+# info keys whose (possibly nested) string lists are ignored: the row's names
+INFO_IGNORE_KEYS = ("names", "turn_names", "ignore")
+
+_MARKUP_RE = re.compile(
+    r"```.*?(?:```|\Z)"  # fenced code; an unclosed fence runs to the end
+    r"|`[^`\n]*`"  # inline code
+    r"|</?[A-Za-z_][\w:.\-]*(?:\s[^<>]*)?/?>"  # XML-like tags (not their content)
+    r"|\\[A-Za-z]+",  # LaTeX commands
+    re.S,
+)
+_URL_RE = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://\S+")
+_SENTENCE_RE = re.compile(r"[.!?;:…\n\u3002\uff01\uff1f\uff1b\uff1a\u0964\u0965\u061f\u06d4]+")
+_LATIN_RE = WORD_RES["Latin"]
+_KANA_RE = re.compile(f"{WORD_RES['Hiragana'].pattern}|{WORD_RES['Katakana'].pattern}")
+_HAN_RE = WORD_RES["Han"]
+
+
+def language_consistency(text: Any, spec: LanguageSpec, ignore: Iterable[str] = ()) -> float:
+    """The share, in [0, 1], of the words of `text` that are in `spec`'s language. `ignore`:
+    strings left out before counting (names, format tokens). 0.0 when nothing is countable."""
+    try:
+        return _consistency(text, spec, ignore)
+    except Exception:  # the reward contract: garbage in, a number out
+        log.debug("language_consistency failed", exc_info=True)
+        return 0.0
+
+
+def _consistency(text: Any, spec: LanguageSpec, ignore: Iterable[str]) -> float:
+    if not isinstance(text, str) or not text or spec.is_mix:
+        return 0.0
+    text = strip_uncounted(text, ignore)
+    if spec.needs_language_id:
+        target, total = _latin_counts(text, spec)
+    else:
+        target, total = _script_counts(text, spec.scripts)
+    if total <= 0:
+        return 0.0
+    return min(1.0, max(0.0, target / total))
+
+
+def strip_uncounted(text: str, ignore: Iterable[str] = ()) -> str:
+    """`text` without code, tags, LaTeX commands, URLs and the `ignore` strings (each replaced by a
+    space so that words on either side stay apart). Names are removed as written and lower-cased."""
+    if "`" in text or "<" in text or "\\" in text:
+        text = _MARKUP_RE.sub(" ", text)
+    if "://" in text:
+        text = _URL_RE.sub(" ", text)
+    phrases = sorted({s for s in ignore if isinstance(s, str) and s.strip()}, key=len, reverse=True)
+    for phrase in phrases:
+        if phrase in text:
+            text = text.replace(phrase, " ")
+        lower = phrase.lower()
+        if lower != phrase and lower in text:
+            text = text.replace(lower, " ")
+    return text
+
+
+def _other_words(text: str, scripts: tuple[str, ...]) -> int:
+    """How many words of `text` are in none of `scripts`. Fast paths: ASCII text holds only Latin
+    words, and one character-class scan tells whether any third script is present at all."""
+    if text.isascii():
+        return 0 if "Latin" in scripts else len(_LATIN_RE.findall(text))
+    count = 0
+    if "Latin" not in scripts:
+        count += len(_LATIN_RE.findall(text))
+        scripts = (*scripts, "Latin")
+    if foreign_letter_re(scripts).search(text):
+        count += len(other_words_re(scripts).findall(text))
+    return count
+
+
+def _script_counts(text: str, scripts: tuple[str, ...]) -> tuple[int, int]:
+    """(target words, counted words) for a language told by its script alone."""
+    if text.isascii():  # no letter of a non-Latin script
+        return 0, len(_LATIN_RE.findall(text))
+    target = len(words_re(scripts).findall(text))
+    total = target + _other_words(text, scripts)
+    if "Han" in scripts and "Hiragana" not in scripts and _KANA_RE.search(text):
+        # Chinese target: Han characters of a sentence written with kana are Japanese
+        target -= sum(len(_HAN_RE.findall(s)) for s in _SENTENCE_RE.split(text) if _KANA_RE.search(s))
+    return target, total
+
+
+def _latin_counts(text: str, spec: LanguageSpec) -> tuple[int, int]:
+    """(target words, counted words) for a Latin-script language: Latin words count when the
+    language identifier puts their sentence in the language."""
+    from grpo.languages.identify import is_language
+
+    total = _other_words(text, ("Latin",))
+    target = 0
+    buffer: list[str] = []
+    last: bool | None = None
+    for sentence in _SENTENCE_RE.split(text):
+        words = _LATIN_RE.findall(sentence)
+        if not words:
+            continue
+        buffer.extend(words)
+        if len(buffer) >= MIN_ID_WORDS:
+            last = is_language(" ".join(buffer[:MAX_ID_WORDS]), spec.code)
+            total += len(buffer)
+            target += len(buffer) if last else 0
+            buffer = []
+    if buffer:  # a short tail goes with the sentence before it (or is identified alone)
+        if last is None:
+            last = is_language(" ".join(buffer), spec.code)
+        total += len(buffer)
+        target += len(buffer) if last else 0
+    return target, total
+
+
+# ---- the named reward function -----------------------------------------------------------------
+
+
+def completion_text(completion: Any) -> str:
+    """The text a reward reads: the assistant turns of a message list joined by newlines, or a
+    plain-string completion as is."""
+    if isinstance(completion, str):
+        return completion
+    if not isinstance(completion, list):
+        return ""
+    parts = []
+    for message in completion:
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            content = message.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+    return "\n".join(parts)
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in a (nested) list/tuple, or the value itself when it is a string."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def make_consistency_reward(
+    spec: LanguageSpec, weight: float | None = None, ignore: Iterable[str] = DEFAULT_IGNORE
+) -> Any:
+    """The reward as a grpo.envs.base.RewardFunc named "language_consistency" (weight: the
+    language config's consistency_weight unless given). Its fn(completion=, info=, language=, ...)
+    scores the assistant turns in the row's language: `language=` or info["language"] when
+    given (language=mix needs one of them), else the spec's own; the strings under info's
+    "names", "turn_names" and "ignore" keys are left out, as are `ignore`."""
+    from grpo.envs.base import RewardFunc
+
+    fixed = tuple(ignore)
+    weight = spec.consistency_weight if weight is None else float(weight)
+    members = [get_spec(code) for code in spec.mix] if spec.is_mix else [spec]
+    if weight > 0 and any(s.needs_language_id for s in members):
+        from grpo.languages.identify import predictor
+
+        predictor()  # load now: a broken install fails at start-up, not as silent zeros
+
+    def language_consistency_reward(
+        completion: Any = None, info: dict[str, Any] | None = None, language: Any = None, **_: Any
+    ) -> float:
+        info = info if isinstance(info, dict) else {}
+        row_spec = _row_spec(spec, language if language is not None else info.get("language"))
+        if row_spec is None:
+            return 0.0
+        names = [s for key in INFO_IGNORE_KEYS for s in _strings(info.get(key))]
+        return language_consistency(completion_text(completion), row_spec, fixed + tuple(names))
+
+    return RewardFunc(REWARD_NAME, language_consistency_reward, weight)
+
+
+def _row_spec(spec: LanguageSpec, code: Any) -> LanguageSpec | None:
+    if code is None or code == spec.code:
+        return None if spec.is_mix else spec
+    if not isinstance(code, str) or code == MIX:
+        return None
+    try:
+        return get_spec(code)
+    except Exception:  # an unknown code in a row: nothing to score against
+        return None

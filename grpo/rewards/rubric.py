@@ -1,0 +1,105 @@
+"""Environment rubric functions as TRL reward functions.
+
+TRL calls every reward function once per batch with keyword lists, one entry per completion:
+`prompts`, `completions` (TRL's own decoding of the completion ids), and every dataset column and
+every extra field the rollout function returned. Our rollout function returns the real episode of
+each completion (the rollout's messages, state and the row's info, see `ROLLOUT_FIELDS`), so a
+rubric function scores exactly what the environment saw, including the environment's turns of a
+multi-turn episode, and never TRL's flattened text.
+
+Each adapter carries the rubric function's name as `__name__` (TRL names the metric
+`rewards/<name>/mean` after it) and the rubric's weights go to `GRPOConfig.reward_weights`.
+
+Values: a rubric function's float is clipped to [0, 1]; an exception or NaN scores 0 (garbage
+model output must never stop training). A function may return None for a completion it does not
+apply to: TRL turns None into NaN and leaves it out of that function's mean and of the weighted
+sum (a completion with None from every function gets zero advantage).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from grpo.envs.base import RewardFunc
+
+# extra fields of the rollout function's output that the adapters read (per completion)
+COMPLETION_FIELD = "rollout_completion"  # the episode's messages after the prompt
+STATE_FIELD = "rollout_state"  # what env_response kept during the episode
+INFO_FIELD = "row_info"  # the row's ground truth
+ROLLOUT_FIELDS = (COMPLETION_FIELD, STATE_FIELD, INFO_FIELD)
+
+
+def score_value(fn: Any, **kwargs: Any) -> float | None:
+    """One call of a rubric function: a float in [0, 1], or None when the function says the
+    completion is not its business. Exceptions, NaN and non-numbers give 0."""
+    try:
+        value = fn(**kwargs)
+    except Exception:
+        return 0.0
+    if value is None:
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    if math.isnan(value):
+        return 0.0
+    return min(1.0, max(0.0, value))
+
+
+class RubricReward:
+    """A TRL reward function wrapping one rubric function."""
+
+    def __init__(self, func: RewardFunc):
+        self.func = func
+        self.__name__ = func.name  # TRL's metric name (trl.trainer.utils.get_callable_name)
+
+    def __repr__(self) -> str:
+        return f"RubricReward({self.func.name!r}, weight={self.func.weight})"
+
+    def __call__(
+        self,
+        prompts: Sequence[Any],
+        completions: Sequence[Any],
+        **kwargs: Any,
+    ) -> list[float | None]:
+        episodes = kwargs.get(COMPLETION_FIELD)
+        states = kwargs.get(STATE_FIELD)
+        infos = kwargs.get(INFO_FIELD)
+        rewards: list[float | None] = []
+        for i, prompt in enumerate(prompts):
+            # Without our rollout function (e.g. a plain TRL generation), fall back to TRL's own
+            # decoding, wrapped as the single assistant turn it is.
+            completion = episodes[i] if episodes is not None else _as_messages(completions[i])
+            rewards.append(
+                score_value(
+                    self.func.fn,
+                    prompt=prompt,
+                    completion=completion,
+                    info=infos[i] if infos is not None else {},
+                    state=states[i] if states is not None else {},
+                )
+            )
+        return rewards
+
+
+def _as_messages(completion: Any) -> list[dict[str, Any]]:
+    if isinstance(completion, list):
+        return completion
+    return [{"role": "assistant", "content": completion if isinstance(completion, str) else ""}]
+
+
+def rubric_reward_funcs(funcs: Sequence[RewardFunc]) -> tuple[list[RubricReward], list[float]]:
+    """TRL reward functions and their weights for rubric functions (names must be unique:
+    they become metric names)."""
+    names = [f.name for f in funcs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        from grpo.errors import UserError
+
+        raise UserError(
+            f"reward function names must be unique (they become metric names), repeated: {', '.join(duplicates)}"
+        )
+    return [RubricReward(f) for f in funcs], [float(f.weight) for f in funcs]

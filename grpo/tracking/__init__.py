@@ -1,0 +1,88 @@
+"""Experiment tracking: every run and every sweep logged to MLflow (tracking=mlflow, the default).
+
+    tracker = make_tracker(cfg, run_dir)       # NullTracker for tracking=none: touches no store
+    with tracker:                               # an exception inside -> run FAILED, re-raised
+        tracker.log_config(cfg)
+        tracker.log_eval(label, eval_result, step)
+        callbacks = [tracker.trainer_callback()]
+        tracker.finish_run(objective)
+
+Sweeps get one parent run from the Hydra callback grpo.tracking.sweep.SweepCallback (registered
+in conf/config.yaml). This package stays light at import: mlflow is imported when a run starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from grpo.errors import UserError
+
+BACKENDS = ("mlflow", "none")
+
+
+class NullTracker:
+    """tracking=none: the same API, logs nothing and creates no store."""
+
+    run_id: str | None = None
+
+    def __enter__(self) -> NullTracker:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        return False
+
+    def log_config(self, cfg: Any) -> None:
+        pass
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        pass
+
+    def log_eval(self, label: str, result: Any, step: int = 0) -> None:
+        pass
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        pass
+
+    def log_tags(self, tags: Mapping[str, Any]) -> None:
+        pass
+
+    def trainer_callback(self) -> Any:
+        from transformers import TrainerCallback
+
+        return TrainerCallback()  # does nothing; keeps `callbacks=[tracker.trainer_callback()]` uniform
+
+    def finish_run(self, objective: float | None) -> None:
+        pass
+
+
+def validate_tracking(cfg: Any) -> None:
+    """Config checks that need no import of mlflow: the backend name and the store URI."""
+    backend = cfg.tracking.backend
+    if backend not in BACKENDS:
+        raise UserError(f"tracking.backend={backend} is unknown: use tracking=mlflow or tracking=none")
+    if backend == "mlflow" and cfg.tracking.uri:
+        from grpo.tracking.store import check_uri
+
+        check_uri(str(cfg.tracking.uri), field="tracking.uri")
+    if int(cfg.tracking.get("log_samples", 0) or 0) < 0:
+        raise UserError(
+            f"tracking.log_samples must be >= 0 (0 = no sample table), got {cfg.tracking.log_samples}"
+        )
+
+
+def make_tracker(cfg: Any, run_dir: Path) -> Any:
+    """The tracker of this run: MlflowTracker for tracking=mlflow, NullTracker for tracking=none."""
+    validate_tracking(cfg)
+    if cfg.tracking.backend == "none":
+        return NullTracker()
+    from grpo.tracking.mlflow_tracker import MlflowTracker
+
+    return MlflowTracker(cfg, Path(run_dir))
+
+
+__all__ = ["BACKENDS", "NullTracker", "make_tracker", "validate_tracking"]

@@ -1,0 +1,75 @@
+"""What Hydra knows about the current job: single run or sweep job, overrides, group choices.
+
+Light module (no mlflow): the sweep callback and the tracker both read it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# written by the sweep callback into the sweep dir; every job of the sweep reads it
+SWEEP_FILE = "mlflow_sweep.json"
+
+
+@dataclass
+class JobInfo:
+    multirun: bool
+    overrides: list[str]
+    choices: dict[str, Any]
+    sweep_dir: Path | None = None
+    job_num: int | None = None
+
+
+@dataclass
+class SweepInfo:
+    """The sweep's parent run, as every job finds it in <sweep dir>/mlflow_sweep.json."""
+
+    run_id: str
+    experiment_id: str
+    tracking_uri: str
+    sweep_id: str
+    # the overrides given to the whole sweep (command line), to tell each job's own ones apart
+    overrides: list[str] = field(default_factory=list)
+
+    def write(self, sweep_dir: Path) -> None:
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        tmp = sweep_dir / f".{SWEEP_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps(self.__dict__, indent=2), encoding="utf-8")
+        os.replace(tmp, sweep_dir / SWEEP_FILE)
+
+    @classmethod
+    def read(cls, sweep_dir: Path) -> SweepInfo | None:
+        path = sweep_dir / SWEEP_FILE
+        if not path.is_file():
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def current_job() -> JobInfo | None:
+    """The running Hydra job, or None when Hydra is not running (code called directly)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from hydra.utils import to_absolute_path
+    from omegaconf import OmegaConf
+
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    choices = OmegaConf.to_container(hc.runtime.choices, resolve=True) if hc.runtime.choices else {}
+    overrides = list(OmegaConf.to_container(hc.overrides.task, resolve=True) or [])
+    sweep_dir = Path(to_absolute_path(str(hc.sweep.dir))) if multirun else None
+    job_num = hc.job.get("num") if multirun else None
+    assert isinstance(choices, dict)
+    return JobInfo(
+        multirun=multirun,
+        overrides=[str(o) for o in overrides],
+        choices=choices,
+        sweep_dir=sweep_dir,
+        job_num=int(job_num) if job_num is not None else None,
+    )

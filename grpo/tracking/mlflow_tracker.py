@@ -1,0 +1,412 @@
+"""One run in MLflow: created on enter, closed on exit (FAILED with the error if the block raised).
+
+    tracker = make_tracker(cfg, run_dir)
+    with tracker:
+        tracker.log_config(cfg)
+        tracker.log_eval("baseline", result, step=0)
+        trainer = ...(callbacks=[tracker.trainer_callback()])
+        tracker.finish_run(objective)
+
+Every call goes through an explicit MlflowClient and run id (no global "active run"), so parallel
+sweep jobs, the Trainer's own threads and user code cannot log into the wrong run. A sweep job
+becomes a child of the sweep's parent run (see grpo.tracking.sweep); `resume=<run dir>` reopens the
+run recorded in <run dir>/mlflow_run.json.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from omegaconf import DictConfig
+
+from grpo.tracking import params as P
+from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
+from grpo.tracking.store import (
+    artifact_location,
+    experiment_name,
+    get_or_create_experiment,
+    make_client,
+    metric_curve,
+    tracking_uri,
+    with_retry,
+)
+
+log = logging.getLogger(__name__)
+
+RUN_FILE = "mlflow_run.json"
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_PER_BATCH = 100
+EVAL_PREFIX = "eval/"
+# curves drawn in plots/train_curves.png, when the run logged them
+TRAIN_CURVES = ("train/reward", "train/kl")
+_EVAL_FUNC = re.compile(r"^eval/(?P<label>[^/]+)/func/(?P<fn>[^/]+)$")
+_EVAL_TOTAL = re.compile(r"^eval/(?P<label>[^/]+)/mean$")
+# the weighted total reward's bar in plots/eval_by_function.png
+TOTAL_BAR = "(total)"
+# plot order of evaluation labels (others follow alphabetically)
+_LABEL_ORDER = ("baseline", "eval", "final")
+
+
+class MlflowTracker:
+    """Logs one run (a single run, a sweep job, or a resumed run) to an MLflow store."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.uri = tracking_uri(cfg)
+        self.client: Any = None
+        self.run_id: str | None = None
+        self.experiment_id: str | None = None
+        self.resumed = False
+        self._last_step = 0
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    def __enter__(self) -> MlflowTracker:
+        self.client = make_client(self.uri)
+        job = current_job()
+        sweep = self._sweep(job)
+        run_id = self._resumable_run_id()
+        if run_id is not None:
+            with_retry(self.client.update_run, run_id, status="RUNNING")
+            with_retry(self.client.set_tag, run_id, f"{P.TAG_PREFIX}resumed_in", str(self.run_dir))
+            self.resumed = True
+            run = with_retry(self.client.get_run, run_id)
+        else:
+            experiment_id = (
+                sweep.experiment_id
+                if sweep
+                else get_or_create_experiment(
+                    self.client,
+                    experiment_name(self.cfg),
+                    artifact_location(self.cfg, self.uri, experiment_name(self.cfg)),
+                )
+            )
+            run = with_retry(
+                self.client.create_run,
+                experiment_id,
+                run_name=self._run_name(job, sweep),
+                tags=self._start_tags(job, sweep),
+            )
+        self.run_id = run.info.run_id
+        self.experiment_id = run.info.experiment_id
+        self._write_run_file()
+        experiment = with_retry(self.client.get_experiment, self.experiment_id)
+        verb = "resumed" if self.resumed else "logging to"
+        print(
+            f"mlflow: {verb} run '{run.info.run_name}' ({self.run_id}) in experiment '{experiment.name}', {self.uri}"
+        )
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if self.run_id is None:
+            return False
+        status = _status(exc)
+        try:
+            if status != "FINISHED" and exc is not None:
+                message = " ".join(f"{type(exc).__name__}: {exc}".split())
+                with_retry(self.client.set_tag, self.run_id, f"{P.TAG_PREFIX}error", P.tag_value(message))
+            if self.cfg.tracking.get("log_plots", True):
+                self.log_plots()
+        except Exception as ex:  # noqa: BLE001 - never hide the run's own error behind a logging one
+            log.warning("MLflow: could not log the end-of-run plots: %s", ex)
+        try:
+            with_retry(self.client.set_terminated, self.run_id, status=status)
+        except Exception as ex:  # noqa: BLE001
+            if exc is None:
+                raise
+            log.warning("MLflow: could not close run %s as %s: %s", self.run_id, status, ex)
+        return False
+
+    # ---- what a run logs ---------------------------------------------------------------------------
+
+    def log_config(self, cfg: DictConfig) -> None:
+        """Params = the flattened resolved config (`cfg.` keys); the resolved config.yaml artifact.
+        A resumed run keeps its params (MLflow params are immutable); a value changed on resume is
+        recorded as the tag grpo.resumed.<key>."""
+        params = P.config_params(cfg)
+        if self.resumed:
+            existing = with_retry(self.client.get_run, self.run_id).data.params
+            changed = {k: v for k, v in params.items() if k in existing and existing[k] != v}
+            self._log_tags({f"{P.TAG_PREFIX}resumed.{k}"[: P.MAX_KEY_LENGTH]: v for k, v in changed.items()})
+            params = {k: v for k, v in params.items() if k not in existing}
+        self._log_params(params)
+        env = cfg.get("env")
+        tags = {f"{P.TAG_PREFIX}env": str(env.get("name")) if env is not None else ""}
+        tags[f"{P.TAG_PREFIX}model"] = str(cfg.model.get("path") or cfg.model.get("name"))
+        self._log_tags(tags)
+        name = "config.resumed.yaml" if self.resumed else "config.yaml"
+        with_retry(self.client.log_text, self.run_id, P.resolved_yaml(cfg), name)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Metrics at `step`, in batches (one database transaction per batch)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        entities = [
+            Metric(P.safe_name(k), float(v), now, int(step))
+            for k, v in metrics.items()
+            if v is not None and not isinstance(v, bool)
+        ]
+        for start in range(0, len(entities), MAX_METRICS_PER_BATCH):
+            with_retry(
+                self.client.log_batch, self.run_id, metrics=entities[start : start + MAX_METRICS_PER_BATCH]
+            )
+        self._last_step = max(self._last_step, int(step))
+
+    def log_eval(self, label: str, result: Any, step: int = 0) -> None:
+        """An evaluation (grpo.evaluate.EvalResult): metrics eval/<label>/..., its results.jsonl and
+        metadata.json under eval/<label>/, and a table of sample completions with their rewards."""
+        self.log_metrics(result.to_metrics(prefix=f"{EVAL_PREFIX}{label}/"), step)
+        for path in (result.results_path, result.metadata_path):
+            if path is not None and Path(path).is_file():
+                self.log_artifact(Path(path), f"eval/{label}")
+        limit = int(self.cfg.tracking.get("log_samples", 0) or 0)
+        if limit > 0 and result.results_path is not None and Path(result.results_path).is_file():
+            table = sample_table(Path(result.results_path), list(result.per_function), limit)
+            if table["reward"]:
+                with_retry(
+                    self.client.log_table, self.run_id, data=table, artifact_file=f"eval/{label}/samples.json"
+                )
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        """A file or a directory (its contents) as artifacts of the run."""
+        path = Path(path)
+        if path.is_dir():
+            with_retry(self.client.log_artifacts, self.run_id, str(path), artifact_path)
+        else:
+            with_retry(self.client.log_artifact, self.run_id, str(path), artifact_path)
+
+    def log_tags(self, tags: Mapping[str, Any]) -> None:
+        self._log_tags({k: P.tag_value(v) for k, v in tags.items()})
+
+    def trainer_callback(self) -> Any:
+        """A transformers TrainerCallback logging TRL's training metrics at step=global_step."""
+        from grpo.tracking.trainer_callback import MlflowStepCallback
+
+        return MlflowStepCallback(self.log_metrics)
+
+    def finish_run(self, objective: float | None) -> None:
+        """Record the run's objective (the last evaluation's mean reward, what a sweeper optimises)."""
+        if objective is None:
+            return
+        self.log_metrics({"objective": float(objective)}, self._last_step)
+        self._log_tags({f"{P.TAG_PREFIX}objective": repr(float(objective))})
+
+    def log_plots(self) -> None:
+        """plots/train_curves.png (reward and KL over steps) and plots/eval_by_function.png
+        (each evaluation's mean per reward function), from what the run holds in the store."""
+        from grpo.tracking.plots import plot_eval_by_function, plot_train_curves
+
+        curves = {key: metric_curve(self.client, self.run_id, key) for key in TRAIN_CURVES}
+        evals = eval_scores(with_retry(self.client.get_run, self.run_id).data.metrics)
+        with tempfile.TemporaryDirectory(prefix="grpo-plots-") as tmp:
+            files = []
+            if any(curves.values()):
+                files.append(plot_train_curves(curves, Path(tmp) / "train_curves.png", title=self._title()))
+            if evals:
+                files.append(
+                    plot_eval_by_function(evals, Path(tmp) / "eval_by_function.png", title=self._title())
+                )
+            for f in files:
+                with_retry(self.client.log_artifact, self.run_id, str(f), "plots")
+
+    # ---- helpers ---------------------------------------------------------------------------------
+
+    def _sweep(self, job: JobInfo | None) -> SweepInfo | None:
+        """The parent run of this sweep job, if the sweep callback created one in the same store."""
+        if job is None or not job.multirun or job.sweep_dir is None:
+            return None
+        sweep = SweepInfo.read(job.sweep_dir)
+        if sweep is None or sweep.tracking_uri != self.uri:
+            return None
+        return sweep
+
+    def _resumable_run_id(self) -> str | None:
+        """The run recorded by the run being resumed, when it lives in this store."""
+        resume = self.cfg.get("resume")
+        if not resume:
+            return None
+        from hydra.utils import to_absolute_path
+
+        path = Path(to_absolute_path(str(resume))) / RUN_FILE
+        if not path.is_file():
+            log.warning("resume: %s has no %s; logging to a new MLflow run", path.parent, RUN_FILE)
+            return None
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        if recorded.get("tracking_uri") != self.uri:
+            log.warning(
+                "resume: the run was logged to %s, not %s; logging to a new run",
+                recorded.get("tracking_uri"),
+                self.uri,
+            )
+            return None
+        from mlflow.exceptions import MlflowException
+
+        try:
+            with_retry(self.client.get_run, recorded["run_id"])
+        except MlflowException:
+            log.warning("resume: run %s is not in %s; logging to a new run", recorded["run_id"], self.uri)
+            return None
+        return str(recorded["run_id"])
+
+    def _run_name(self, job: JobInfo | None, sweep: SweepInfo | None) -> str:
+        if self.cfg.tracking.get("run_name"):
+            return str(self.cfg.tracking.run_name)
+        if job is None:
+            return self.run_dir.name
+        if sweep is not None:
+            varied = P.varied_overrides(job.overrides, sweep.overrides)
+            return (",".join(varied) or f"job {job.job_num}")[: P.MAX_KEY_LENGTH]
+        return (" ".join(job.overrides) or self.run_dir.name)[: P.MAX_KEY_LENGTH]
+
+    def _start_tags(self, job: JobInfo | None, sweep: SweepInfo | None) -> dict[str, str]:
+        tags = {
+            f"{P.TAG_PREFIX}run_dir": str(self.run_dir),
+            "mlflow.source.name": "python -m grpo",
+            "mlflow.source.type": "LOCAL",
+            "mlflow.user": _user(),
+        }
+        commit = P.git_commit()
+        if commit:
+            tags[f"{P.TAG_PREFIX}git_commit"] = commit
+            tags["mlflow.source.git.commit"] = commit.removesuffix("-dirty")
+        if job is not None:
+            tags.update(P.choice_tags(job.choices))
+            tags[f"{P.TAG_PREFIX}overrides"] = " ".join(job.overrides)
+        if job is not None and job.multirun:
+            tags[f"{P.TAG_PREFIX}job_num"] = str(job.job_num)
+        if sweep is not None and job is not None:
+            tags["mlflow.parentRunId"] = sweep.run_id
+            tags[f"{P.TAG_PREFIX}sweep_id"] = sweep.sweep_id
+            tags[f"{P.TAG_PREFIX}varied"] = json.dumps(P.varied_overrides(job.overrides, sweep.overrides))
+        if self.cfg.get("resume"):
+            tags[f"{P.TAG_PREFIX}resumed_from"] = str(self.cfg.resume)
+        return {k: P.tag_value(v) for k, v in tags.items()}
+
+    def _log_params(self, params: Mapping[str, str]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, v) for k, v in params.items()]
+        for start in range(0, len(items), MAX_PARAMS_PER_BATCH):
+            with_retry(self.client.log_batch, self.run_id, params=items[start : start + MAX_PARAMS_PER_BATCH])
+
+    def _log_tags(self, tags: Mapping[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, v) for k, v in tags.items()]
+        for start in range(0, len(items), MAX_PARAMS_PER_BATCH):
+            with_retry(self.client.log_batch, self.run_id, tags=items[start : start + MAX_PARAMS_PER_BATCH])
+
+    def _write_run_file(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        record = {"run_id": self.run_id, "experiment_id": self.experiment_id, "tracking_uri": self.uri}
+        tmp = self.run_dir / f".{RUN_FILE}.{os.getpid()}"
+        tmp.write_text(json.dumps(record, indent=2), encoding="utf-8")
+        os.replace(tmp, self.run_dir / RUN_FILE)
+
+    def _title(self) -> str:
+        run = with_retry(self.client.get_run, self.run_id)
+        return run.info.run_name or self.run_id or ""
+
+
+# ---- pure helpers (tested directly) ------------------------------------------------------------------
+
+
+def _status(exc: BaseException | None) -> str:
+    """MLflow run status for how the `with` block ended."""
+    if exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None)):
+        return "FINISHED"
+    if isinstance(exc, KeyboardInterrupt):
+        return "KILLED"
+    return "FAILED"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def eval_scores(metrics: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """{label: {reward function: mean, "(total)": weighted total mean}} from a run's
+    eval/<label>/func/<fn> and eval/<label>/mean metrics, labels in baseline, eval, final order."""
+    scores: dict[str, dict[str, float]] = {}
+    for key, value in metrics.items():
+        m = _EVAL_FUNC.match(key)
+        if m:
+            scores.setdefault(m["label"], {})[m["fn"]] = value
+        elif t := _EVAL_TOTAL.match(key):
+            scores.setdefault(t["label"], {})[TOTAL_BAR] = value
+    order = {label: i for i, label in enumerate(_LABEL_ORDER)}
+    return {k: scores[k] for k in sorted(scores, key=lambda x: (order.get(x, len(order)), x))}
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return json.dumps(content, ensure_ascii=False)
+
+
+def render_messages(messages: Any) -> str:
+    """Chat messages as readable text: one message as its content, several as `[role] content` blocks."""
+    if isinstance(messages, str):
+        return messages
+    if not isinstance(messages, list):
+        return _text(messages)
+    if len(messages) == 1 and isinstance(messages[0], dict):
+        return _text(messages[0].get("content", ""))
+    return "\n\n".join(
+        f"[{m.get('role', '?')}] {_text(m.get('content', ''))}" if isinstance(m, dict) else _text(m)
+        for m in messages
+    )
+
+
+def _last_user_message(prompt: Any) -> str:
+    if isinstance(prompt, list):
+        for m in reversed(prompt):
+            if isinstance(m, dict) and m.get("role") == "user":
+                return _text(m.get("content", ""))
+    return render_messages(prompt)
+
+
+def _read_jsonl(path: Path, limit: int) -> Iterable[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f):
+            if i >= limit:
+                break
+            if line.strip():
+                yield json.loads(line)
+
+
+def sample_table(results_path: Path, functions: list[str], limit: int) -> dict[str, list[Any]]:
+    """The first `limit` rollouts of results.jsonl as table columns: the prompt's last user message,
+    the completion, the total reward and each reward function's score."""
+    columns = ["example_id", "rollout_index", "language", "prompt", "completion", "reward", *functions]
+    columns += ["num_turns", "truncated"]
+    table: dict[str, list[Any]] = {c: [] for c in columns}
+    for record in _read_jsonl(results_path, limit):
+        table["example_id"].append(str(record.get("example_id", "")))
+        table["rollout_index"].append(record.get("rollout_index"))
+        table["language"].append(record.get("language"))
+        table["prompt"].append(_last_user_message(record.get("prompt")))
+        table["completion"].append(render_messages(record.get("completion")))
+        table["reward"].append(record.get("reward"))
+        for fn in functions:
+            table[fn].append(record.get(fn))
+        table["num_turns"].append(record.get("num_turns"))
+        table["truncated"].append(record.get("truncated"))
+    return table

@@ -1,0 +1,114 @@
+"""What identifies a run in MLflow: flattened config params and tags (Hydra choices, overrides, git).
+
+Params are the resolved config flattened to dotted keys under the `cfg.` prefix
+(`cfg.trainer.beta`), so they never collide with what transformers' MLflowCallback logs and they
+line up column by column in the UI's compare view. Lists are one JSON value, not one key per item.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+PARAM_PREFIX = "cfg."
+TAG_PREFIX = "grpo."
+# MLflow limits (mlflow.utils.validation)
+MAX_KEY_LENGTH = 250
+MAX_PARAM_VALUE_LENGTH = 6000
+MAX_TAG_VALUE_LENGTH = 8000
+_BAD_NAME_CHARS = re.compile(r"[^/\w.\- ]")
+# Hydra's own config groups that say nothing about the experiment
+_HYDRA_CHOICES_KEPT = ("hydra/sweeper", "hydra/launcher")
+
+
+def safe_name(name: str) -> str:
+    """A metric / param key MLflow accepts (alphanumerics, _ - . space /), within its length limit."""
+    cleaned = _BAD_NAME_CHARS.sub("_", name).strip("/") or "_"
+    cleaned = re.sub(r"/+", "/", cleaned)
+    return cleaned[:MAX_KEY_LENGTH]
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, (list, tuple, dict)):
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    else:
+        text = str(value)
+    if len(text) > MAX_PARAM_VALUE_LENGTH:
+        text = text[: MAX_PARAM_VALUE_LENGTH - 3] + "..."
+    return text
+
+
+def flatten(container: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested dicts -> {"a.b.c": "value"}; lists stay one JSON value."""
+    flat: dict[str, str] = {}
+    for key, value in container.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[safe_name(name)] = _value(value)
+    return flat
+
+
+def config_params(cfg: DictConfig) -> dict[str, str]:
+    """The flattened resolved config (without Hydra's own node) as MLflow params."""
+    container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    assert isinstance(container, dict)
+    container.pop("hydra", None)
+    return flatten(container, PARAM_PREFIX)
+
+
+def resolved_yaml(cfg: DictConfig) -> str:
+    container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    assert isinstance(container, dict)
+    container.pop("hydra", None)
+    return OmegaConf.to_yaml(OmegaConf.create(container))
+
+
+def tag_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= MAX_TAG_VALUE_LENGTH else text[: MAX_TAG_VALUE_LENGTH - 3] + "..."
+
+
+def choice_tags(choices: Mapping[str, Any]) -> dict[str, str]:
+    """One tag per config group choice: grpo.choice.model = tiny, grpo.choice.hydra/sweeper = optuna."""
+    tags: dict[str, str] = {}
+    for group, option in choices.items():
+        if option is None or (group.startswith("hydra/") and group not in _HYDRA_CHOICES_KEPT):
+            continue
+        tags[f"{TAG_PREFIX}choice.{group}"] = str(option)
+    return tags
+
+
+def varied_overrides(job_overrides: Sequence[str], sweep_overrides: Sequence[str]) -> list[str]:
+    """The overrides that tell one sweep job from the others: those not given verbatim to the whole
+    sweep (a sweep's `lr=1e-6,3e-6` becomes the job's `lr=1e-06`, a shared `+env=x` stays as is)."""
+    shared = set(sweep_overrides)
+    return [o for o in job_overrides if o not in shared]
+
+
+def git_commit(start: Path | None = None) -> str | None:
+    """HEAD of the repository holding this package (or `start`), '-dirty' when it has local changes;
+    None outside a git checkout (an installed wheel)."""
+    cwd = start or Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty else head or None

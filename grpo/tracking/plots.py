@@ -1,0 +1,89 @@
+"""PNG plots logged with runs and sweeps (matplotlib, headless Agg backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+Curve = Sequence[tuple[int, float]]
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)  # no display on servers / in sweeps
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _integer_ticks():
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(integer=True)
+
+
+def plot_train_curves(curves: Mapping[str, Curve], path: Path, title: str = "") -> Path:
+    """One panel per metric (e.g. train/reward, train/kl) over global steps."""
+    plt = _pyplot()
+    names = [n for n, c in curves.items() if c]
+    fig, axes = plt.subplots(len(names), 1, figsize=(7, 2.8 * len(names)), sharex=True, squeeze=False)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        steps, values = zip(*curves[name], strict=True)
+        ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3)
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("global step")
+    axes[-1, 0].xaxis.set_major_locator(_integer_ticks())
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_eval_by_function(evals: Mapping[str, Mapping[str, float]], path: Path, title: str = "") -> Path:
+    """Grouped bars: one group per reward function, one bar per evaluation (baseline, final, ...)."""
+    plt = _pyplot()
+    functions = sorted({fn for scores in evals.values() for fn in scores})
+    labels = list(evals)
+    width = 0.8 / max(len(labels), 1)
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(functions) + 2), 3.6))
+    for i, label in enumerate(labels):
+        xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(functions))]
+        values = [evals[label].get(fn, float("nan")) for fn in functions]
+        bars = ax.bar(xs, values, width=width, label=label)
+        ax.bar_label(bars, fmt="%.3f", fontsize=7)
+    ax.set_xticks(range(len(functions)), functions, rotation=20, ha="right")
+    ax.set_ylabel("mean reward")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_reward_curves(curves: Mapping[str, Curve], path: Path, metric: str, title: str = "") -> Path:
+    """All jobs of a sweep on one chart: `metric` over global steps, one line per job."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, curve in curves.items():
+        if curve:
+            steps, values = zip(*curve, strict=True)
+            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=name)
+    ax.set_xlabel("global step")
+    ax.xaxis.set_major_locator(_integer_ticks())
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    if any(curves.values()):
+        ax.legend(fontsize=7, loc="best")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

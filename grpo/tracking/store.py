@@ -1,0 +1,198 @@
+"""Where runs are logged: the MLflow store URI, experiments, and robust client calls.
+
+The default store is an embedded SQLite database at <output_root>/mlflow.db with artifacts next to
+it, so no server is needed. Every job of a sweep resolves the same absolute path. Several processes
+(a joblib sweep, two terminals) may write to one SQLite file: the first one creates the tables
+under a file lock, and every logging call retries with backoff when the database is busy.
+
+mlflow is imported inside functions only; `resolve_*` helpers stay light.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import unquote, urlparse
+
+from grpo.errors import UserError
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+T = TypeVar("T")
+
+DB_FILE = "mlflow.db"
+ARTIFACTS_DIR = "mlartifacts"
+# total time a logging call keeps retrying a busy / unreachable store before giving up
+RETRY_BUDGET_S = 120.0
+
+
+def quiet_mlflow() -> None:
+    """Keep MLflow offline and quiet: no telemetry, no migration chatter on a fresh database."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("DO_NOT_TRACK", "true")
+    for name in ("mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def output_root(cfg: Any) -> Path:
+    """The absolute output root: relative paths are taken from the directory the command ran in."""
+    from hydra.utils import to_absolute_path
+
+    return Path(to_absolute_path(str(cfg.output_root)))
+
+
+def tracking_uri(cfg: Any) -> str:
+    """tracking.uri, else $MLFLOW_TRACKING_URI, else the SQLite file under the output root."""
+    uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        return f"sqlite:///{output_root(cfg) / DB_FILE}"
+    return check_uri(str(uri), field="tracking.uri")
+
+
+def check_uri(uri: str, field: str) -> str:
+    """Refuse file stores (MLflow 3 no longer supports ./mlruns); make a relative SQLite path absolute."""
+    scheme = urlparse(uri).scheme
+    if scheme in ("", "file") or (len(scheme) == 1 and uri[1:3] in (":\\", ":/")):
+        raise UserError(
+            f"{field}={uri} is a file store, which MLflow 3 does not support: "
+            f"use sqlite:///path/to/mlflow.db or http://host:port"
+        )
+    path = sqlite_path(uri)
+    if path is not None and not path.is_absolute():
+        from hydra.utils import to_absolute_path
+
+        return f"sqlite:///{to_absolute_path(str(path))}"
+    return uri
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a sqlite:/// URI (None for other stores and in-memory SQLite)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = unquote(uri[len("sqlite:///") :].split("?", 1)[0])
+    return Path(path) if path and path != ":memory:" else None
+
+
+def experiment_name(cfg: Any) -> str:
+    """tracking.experiment, else one experiment per environment."""
+    if cfg.tracking.experiment:
+        return str(cfg.tracking.experiment)
+    env = cfg.get("env") if hasattr(cfg, "get") else getattr(cfg, "env", None)
+    name = env.get("name") if env is not None else None
+    return f"grpo-{name}" if name else "grpo"
+
+
+def artifact_location(cfg: Any, uri: str, experiment: str) -> str | None:
+    """Artifact root for a new experiment. A SQLite store keeps artifacts next to its database
+    (MLflow's own default would be ./mlruns under whatever directory the run started in)."""
+    if cfg.tracking.artifact_location:
+        location = str(cfg.tracking.artifact_location)
+        if urlparse(location).scheme in ("", "file"):
+            from hydra.utils import to_absolute_path
+
+            location = Path(to_absolute_path(location.removeprefix("file://"))).as_uri()
+        return location
+    db = sqlite_path(uri)
+    if db is None:
+        return None
+    return (db.parent / ARTIFACTS_DIR / experiment).as_uri()
+
+
+# ---- robust calls ---------------------------------------------------------------------------------
+
+
+def _is_transient(ex: BaseException) -> bool:
+    """A busy SQLite file or a server that is briefly unreachable: worth retrying."""
+    text = str(ex).lower()
+    if any(s in text for s in ("database is locked", "database table is locked", "database is busy")):
+        return True
+    code = getattr(ex, "error_code", "")
+    return code in ("TEMPORARILY_UNAVAILABLE", "RESOURCE_EXHAUSTED") or isinstance(ex, ConnectionError)
+
+
+def with_retry(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call `fn`, retrying transient store errors with jittered exponential backoff."""
+    deadline = time.monotonic() + RETRY_BUDGET_S
+    delay = 0.1
+    while True:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as ex:
+            if not _is_transient(ex) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 5.0)
+
+
+@contextlib.contextmanager
+def _init_lock(uri: str) -> Iterator[None]:
+    """Serialise the first connection to a SQLite file: MLflow creates its tables then, and two
+    processes doing that at once can fail half-way."""
+    db = sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; MLflow's own retries remain
+        yield
+        return
+    with open(db.with_name(db.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def make_client(uri: str) -> MlflowClient:
+    """An MlflowClient on `uri` whose store is created and migrated (safely across processes)."""
+    quiet_mlflow()
+    from mlflow import MlflowClient
+
+    with _init_lock(uri):
+        # building the client builds the store (tables on a fresh SQLite file); the query checks it
+        client = MlflowClient(tracking_uri=uri)
+        with_retry(client.search_experiments, max_results=1)
+    return client
+
+
+def get_or_create_experiment(client: MlflowClient, name: str, location: str | None) -> str:
+    """The id of experiment `name`, created with `location` as its artifact root if new (a deleted
+    experiment of that name is restored rather than failing)."""
+    from mlflow.exceptions import MlflowException
+
+    experiment = with_retry(client.get_experiment_by_name, name)
+    if experiment is None:
+        try:
+            return with_retry(client.create_experiment, name, artifact_location=location)
+        except MlflowException as ex:
+            # another job of the sweep created it a moment ago
+            if (
+                "already exists" not in str(ex).lower()
+                and getattr(ex, "error_code", "") != "RESOURCE_ALREADY_EXISTS"
+            ):
+                raise
+            experiment = with_retry(client.get_experiment_by_name, name)
+            assert experiment is not None
+    if experiment.lifecycle_stage == "deleted":
+        with_retry(client.restore_experiment, experiment.experiment_id)
+    return experiment.experiment_id
+
+
+def metric_curve(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    """A metric's (step, value) points sorted by step; a step logged twice (a resumed run repeats
+    the steps after its last checkpoint) keeps its latest value."""
+    latest: dict[int, tuple[int, float]] = {}
+    for m in with_retry(client.get_metric_history, run_id, key):
+        if m.step not in latest or m.timestamp >= latest[m.step][0]:
+            latest[m.step] = (m.timestamp, m.value)
+    return [(step, latest[step][1]) for step in sorted(latest)]

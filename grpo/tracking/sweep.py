@@ -1,0 +1,263 @@
+"""The Hydra callback that gives every multirun sweep one MLflow parent run.
+
+Hydra calls it in the process that launches the jobs:
+- on_multirun_start: create the output root (Optuna's study database lives there too) and, with
+  tracking=mlflow, the parent run; its id goes to <sweep dir>/mlflow_sweep.json, where every job
+  (same process or a joblib worker) finds it and opens its own run as a child
+  (tag mlflow.parentRunId, run name = the job's own overrides).
+- on_multirun_end, or at process exit when the sweeper raised: close the parent. Hydra 1.3's basic
+  sweeper runs every job of a batch, then raises the first failed job's exception (and skips
+  on_multirun_end); the Optuna sweeper records a failed trial and goes on while the failure rate
+  allows. Either way the parent is closed from here: FINISHED when every child finished, otherwise
+  FAILED with the tags grpo.sweep.failed_jobs / grpo.sweep.result; a child left RUNNING by a dead
+  job process is closed as FAILED. When the sweeper did not raise but a job failed, the process
+  still exits with status 1.
+Registered in conf/config.yaml under hydra.callbacks; a no-op for single runs and tracking=none.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from grpo.tracking import params as P
+from grpo.tracking.hydra_job import SweepInfo
+
+log = logging.getLogger(__name__)
+
+SWEEP_TAG = f"{P.TAG_PREFIX}sweep"
+
+
+class SweepCallback(Callback):
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._run_id: str | None = None
+        self._closed = False
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from grpo.tracking.store import output_root
+
+        output_root(config).mkdir(parents=True, exist_ok=True)
+        if config.tracking.backend != "mlflow":
+            return
+        self._start_parent(config)
+        atexit.register(self._close_at_exit)
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        """A sweep job that failed before its tracker started (a config rule checked per job, a bad
+        env argument) still gets a FAILED child run with its error, so the sweep reads complete."""
+        from hydra.core.utils import JobStatus
+        from hydra.types import RunMode
+
+        if job_return.status != JobStatus.FAILED or job_return.cfg is None:
+            return
+        if (
+            config.hydra.mode != RunMode.MULTIRUN
+            or OmegaConf.select(job_return.cfg, "tracking.backend") != "mlflow"
+        ):
+            return
+        from grpo.tracking.mlflow_tracker import RUN_FILE, MlflowTracker
+
+        run_dir = Path(str(config.hydra.runtime.output_dir))
+        if (run_dir / RUN_FILE).is_file():
+            return  # the job's own tracker opened (and closed) its run
+        error = job_return._return_value  # the job's exception (JobReturn.return_value would raise it)
+        tracker = MlflowTracker(job_return.cfg, run_dir)
+        tracker.__enter__()
+        try:
+            tracker.log_config(job_return.cfg)
+        except Exception as ex:  # noqa: BLE001 - a config that cannot even resolve: the error tag says why
+            log.debug("failed job's config not logged: %s", ex)
+        tracker.__exit__(type(error), error, None)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self._run_id is None or self._closed:
+            return
+        failed, total = self._close(sweep_ended=True)
+        if failed:
+            print(
+                f"sweep: {failed} of {total} jobs failed (MLflow parent run {self._run_id})", file=sys.stderr
+            )
+            # Hydra swallows exceptions raised by callbacks; SystemExit passes through
+            raise SystemExit(1)
+
+    # ---- parent run ------------------------------------------------------------------------------
+
+    def _start_parent(self, config: DictConfig) -> None:
+        from hydra.utils import to_absolute_path
+
+        from grpo.tracking.store import (
+            artifact_location,
+            experiment_name,
+            get_or_create_experiment,
+            make_client,
+            output_root,
+            tracking_uri,
+            with_retry,
+        )
+
+        uri = tracking_uri(config)
+        self._client = make_client(uri)
+        name = experiment_name(config)
+        experiment_id = get_or_create_experiment(self._client, name, artifact_location(config, uri, name))
+        sweep_dir = Path(to_absolute_path(str(config.hydra.sweep.dir)))
+        try:
+            sweep_id = str(sweep_dir.relative_to(output_root(config)))
+        except ValueError:
+            sweep_id = str(sweep_dir)
+        overrides = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=True) or []]
+        choices = OmegaConf.to_container(config.hydra.runtime.choices, resolve=True) or {}
+        assert isinstance(choices, dict)
+        tags = {
+            SWEEP_TAG: "true",
+            f"{P.TAG_PREFIX}sweep_id": sweep_id,
+            f"{P.TAG_PREFIX}sweep_dir": str(sweep_dir),
+            f"{P.TAG_PREFIX}overrides": " ".join(overrides),
+            "mlflow.source.name": "python -m grpo -m",
+            "mlflow.source.type": "LOCAL",
+            "mlflow.note.content": "Sweep: `" + " ".join(["python -m grpo", *sys.argv[1:]]) + "`",
+            **P.choice_tags(choices),
+        }
+        commit = P.git_commit()
+        if commit:
+            tags[f"{P.TAG_PREFIX}git_commit"] = commit
+            tags["mlflow.source.git.commit"] = commit.removesuffix("-dirty")
+        run = with_retry(
+            self._client.create_run,
+            experiment_id,
+            run_name=sweep_run_name(config, overrides, sweep_id),
+            tags={k: P.tag_value(v) for k, v in tags.items()},
+        )
+        self._run_id = run.info.run_id
+        self._log_search_space(config, overrides)
+        SweepInfo(
+            run_id=self._run_id,
+            experiment_id=experiment_id,
+            tracking_uri=uri,
+            sweep_id=sweep_id,
+            overrides=overrides,
+        ).write(sweep_dir)
+        print(
+            f"mlflow: sweep parent run '{run.info.run_name}' ({self._run_id}) in experiment '{name}', {uri}"
+        )
+
+    def _log_search_space(self, config: DictConfig, overrides: list[str]) -> None:
+        """Params sweep.<key> = what the sweep explores (sweeper params and sweep overrides)."""
+        from mlflow.entities import Param
+
+        from grpo.tracking.store import with_retry
+
+        space = search_space(config, overrides)
+        if space:
+            items = [
+                Param(P.safe_name(f"sweep.{k}"), P.tag_value(v)[: P.MAX_PARAM_VALUE_LENGTH])
+                for k, v in space.items()
+            ]
+            with_retry(self._client.log_batch, self._run_id, params=items[:100])
+
+    def _close_at_exit(self) -> None:
+        if self._run_id is not None and not self._closed:
+            try:
+                self._close(sweep_ended=False)
+            except Exception as ex:  # noqa: BLE001 - at exit there is nobody left to raise to
+                log.warning("MLflow: could not close sweep parent run %s: %s", self._run_id, ex)
+
+    def _close(self, sweep_ended: bool) -> tuple[int, int]:
+        """Close the parent run (and orphaned children); returns (failed jobs, jobs)."""
+        from mlflow.entities import RunTag
+
+        from grpo.tracking.store import with_retry
+
+        self._closed = True
+        client, run_id = self._client, self._run_id
+        parent = with_retry(client.get_run, run_id)
+        children = child_runs(client, parent)
+        for child in children:
+            if child.info.status == "RUNNING":  # its job process died before closing it
+                with_retry(
+                    client.set_tag,
+                    child.info.run_id,
+                    f"{P.TAG_PREFIX}error",
+                    "the job ended without closing its run",
+                )
+                with_retry(client.set_terminated, child.info.run_id, status="FAILED")
+        children = child_runs(client, parent)
+        failed = [c for c in children if c.info.status != "FINISHED"]
+        if failed:
+            names = ", ".join(c.info.run_name or c.info.run_id for c in failed)
+            result = f"{len(failed)} of {len(children)} jobs failed: {names}"
+        elif not sweep_ended:
+            result = f"stopped after {len(children)} jobs"
+        else:
+            result = f"all {len(children)} jobs finished"
+        tags = {
+            f"{P.TAG_PREFIX}sweep.jobs": str(len(children)),
+            f"{P.TAG_PREFIX}sweep.failed_jobs": str(len(failed)),
+            f"{P.TAG_PREFIX}sweep.result": P.tag_value(result),
+        }
+        with_retry(client.log_batch, run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        try:
+            from grpo.compare import summarize_sweep
+
+            summarize_sweep(client, parent, children)
+        except Exception as ex:  # noqa: BLE001 - the comparison is a convenience; closing the run is not
+            log.warning("sweep comparison failed: %s", ex)
+        status = "FINISHED" if sweep_ended and not failed else "FAILED"
+        with_retry(client.set_terminated, run_id, status=status)
+        return len(failed), len(children)
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+
+def child_runs(client: Any, parent: Any) -> list[Any]:
+    """The job runs of a sweep parent, by job number."""
+    from grpo.tracking.store import with_retry
+
+    runs = with_retry(
+        client.search_runs,
+        [parent.info.experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
+        max_results=10000,
+    )
+
+    def job_num(run: Any) -> tuple[int, int]:
+        num = run.data.tags.get(f"{P.TAG_PREFIX}job_num", "")
+        return (int(num) if num.isdigit() else sys.maxsize, run.info.start_time or 0)
+
+    return sorted(runs, key=job_num)
+
+
+def search_space(config: DictConfig, overrides: list[str]) -> dict[str, str]:
+    """{key: values} a sweep explores: the sweeper's params plus sweep overrides (a=1,2 / interval(...))."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    space: dict[str, str] = {}
+    params = OmegaConf.select(config, "hydra.sweeper.params")
+    if params:
+        space.update({str(k): str(v) for k, v in params.items()})
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # noqa: BLE001 - Hydra already accepted them; a label is not worth failing for
+        return space
+    for o in parsed:
+        if o.is_sweep_override():
+            space[o.get_key_element()] = o.input_line.split("=", 1)[1]
+    return space
+
+
+def sweep_run_name(config: DictConfig, overrides: list[str], sweep_id: str) -> str:
+    """`sweep <preset> <key=values ...>`: what the sweep varies, readable in the runs list."""
+    preset = OmegaConf.select(config, "hydra.runtime.choices.sweep")
+    parts = ["sweep"]
+    if preset:
+        parts.append(str(preset))
+    swept = search_space(config, overrides)
+    parts += [f"{k}={v}" for k, v in swept.items()] if swept else [sweep_id]
+    return " ".join(parts)[: P.MAX_KEY_LENGTH]

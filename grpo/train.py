@@ -1,0 +1,615 @@
+"""GRPO training: TRL's GRPOTrainer, configured from the trainer / optimizer / model / generation groups.
+
+How the pieces meet TRL (trl 1.16, read its grpo_trainer.py):
+- Dataset: the environment's train rows as conversational prompts (+ row_id, language). TRL's
+  sampler repeats every prompt `num_generations` times, consecutively, and hands each process its
+  generation batch of prompts.
+- `rollout_func(prompts, trainer)`: maps each group of identical prompts back to its Row, runs ALL
+  of the batch's conversations through the rollout engine (grpo.rollout.run_rollouts: one batched
+  generate call per turn) with the trainer's current policy (the hf backend on the unwrapped model,
+  or TRL's own vLLM engine), and returns per completion: `prompt_ids`, `completion_ids` (model and
+  environment tokens interleaved), `logprobs`, `env_mask` (TRL's tool mask: environment tokens get
+  no gradient and do not count as completion length) and the extra fields the reward adapters read
+  (the episode's messages, state and the row's info).
+- Rewards: every rubric function becomes a named TRL reward function (grpo.rewards.rubric) with
+  its weight in `reward_weights`; TRL logs `rewards/<name>/mean` for each.
+- Batch geometry: `per_device_batch_completions` completions per micro-batch, a multiple of the
+  group size, so a group never straddles two batches; one generation per optimizer step
+  (steps_per_generation = gradient_accumulation_steps, TRL's default).
+- Reference model (beta > 0): under LoRA, TRL uses the adapter-disabled base (no second copy);
+  without LoRA, TRL loads a copy from the policy's path, so random-weight policies are first saved
+  to <run_dir>/initial_model.
+- Checkpoints: every save_steps (and at the end) under <run_dir>/checkpoints. transformers writes a
+  checkpoint in place (no temp dir + rename), so a marker file is written after the whole checkpoint
+  is on disk (fsynced); `latest_checkpoint` only picks marked checkpoints, so a run killed mid-save
+  never yields a corrupt "latest". `resume=<run dir>` restarts from that run's latest complete
+  checkpoint: weights, optimizer, scheduler, RNG states and global step, with the same data order
+  (the sampler is seeded by trainer.seed and transformers skips the batches already consumed).
+
+The module's top level is light (the config check imports `latest_checkpoint`); torch,
+transformers and trl load inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo.errors import UserError
+
+CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINT_PREFIX = "checkpoint-"
+# written last into a checkpoint dir, once everything else is on disk
+COMPLETE_MARKER = "grpo_checkpoint_complete.json"
+INITIAL_MODEL_DIR = "initial_model"
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "adapter_model.safetensors",
+    "pytorch_model.bin",
+)
+# our optimizer names -> transformers `optim`
+OPTIMIZERS = {"adamw": "adamw_torch", "sgd": "sgd", "adafactor": "adafactor", "adamw_8bit": "adamw_bnb_8bit"}
+VLLM_MODES = {"vllm_colocate": "colocate", "vllm_server": "server"}
+
+
+@dataclass
+class TrainResult:
+    """What a training stage leaves behind."""
+
+    global_step: int
+    # the last logged training metrics (TRL names: reward, rewards/<fn>/mean, kl, loss, ...)
+    metrics: dict[str, float]
+    # the latest complete checkpoint of this run (None when none was written)
+    checkpoint_dir: Path | None
+    # the trained policy (a peft model under LoRA) and its tokenizer, for the final evaluation
+    model: Any = None
+    tokenizer: Any = None
+    run_dir: Path | None = None
+    seconds: float = 0.0
+    # every log TRL emitted (one dict per logging step)
+    log_history: list[dict[str, Any]] = field(default_factory=list)
+
+
+# ---- checkpoints (light) -------------------------------------------------------------------------
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The global step in a `checkpoint-N` dir name, else None."""
+    name = path.name
+    if not name.startswith(CHECKPOINT_PREFIX):
+        return None
+    suffix = name[len(CHECKPOINT_PREFIX) :]
+    return int(suffix) if suffix.isdigit() else None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_complete_checkpoint(path: Path) -> bool:
+    """A checkpoint dir everything was written to: our marker and the trainer state agree on its
+    step, and the weights, optimizer and scheduler files are there."""
+    step = checkpoint_step(path)
+    if step is None or not path.is_dir():
+        return False
+    marker = _read_json(path / COMPLETE_MARKER)
+    state = _read_json(path / "trainer_state.json")
+    if not isinstance(marker, dict) or marker.get("global_step") != step:
+        return False
+    if not isinstance(state, dict) or state.get("global_step") != step:
+        return False
+    if not any((path / f).is_file() for f in WEIGHT_FILES):
+        return False
+    return all((path / f).is_file() for f in marker.get("files", ()))
+
+
+def checkpoints_of(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """The `checkpoint-N` dirs of a run (its output dir, its checkpoints dir, or a checkpoint
+    itself), newest step first."""
+    root = Path(run_dir)
+    if checkpoint_step(root) is not None:
+        return [root]
+    if (root / CHECKPOINTS_DIR).is_dir():
+        root = root / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is not None]
+    return sorted(found, key=lambda p: checkpoint_step(p) or 0, reverse=True)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path:
+    """The newest COMPLETE checkpoint of a previous run; incomplete ones (a run killed while
+    saving) are skipped. UserError when there is none."""
+    root = Path(run_dir).expanduser()
+    if not root.exists():
+        raise UserError(
+            f"resume={run_dir}: no such directory; pass a previous run's output dir (outputs/runs/...)"
+        )
+    candidates = checkpoints_of(root)
+    for ckpt in candidates:
+        if is_complete_checkpoint(ckpt):
+            return ckpt
+    where = root / CHECKPOINTS_DIR if (root / CHECKPOINTS_DIR).is_dir() else root
+    skipped = f" ({len(candidates)} incomplete skipped)" if candidates else ""
+    raise UserError(
+        f"resume={run_dir}: no complete checkpoint under {where}{skipped}; a run writes one every "
+        "trainer.save_steps steps and at its end"
+    )
+
+
+def mark_checkpoint_complete(path: Path, global_step: int) -> None:
+    """Flush every file of a finished checkpoint to disk, then write the marker atomically."""
+    files = sorted(
+        str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER
+    )
+    for name in files:
+        with open(path / name, "rb") as fh:
+            os.fsync(fh.fileno())
+    tmp = path / f".{COMPLETE_MARKER}.tmp"
+    tmp.write_text(json.dumps({"global_step": global_step, "files": files}), encoding="utf-8")
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path / COMPLETE_MARKER)
+    _fsync_dir(path)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ---- dataset and prompt -> row mapping ---------------------------------------------------------
+
+
+def prompt_key(prompt: Any) -> str:
+    """A canonical text key of a conversational prompt. Arrow fills keys missing from some
+    messages with None, so None-valued keys are dropped to match the env's own rows."""
+    if isinstance(prompt, list):
+        prompt = [{k: v for k, v in m.items() if v is not None} if isinstance(m, dict) else m for m in prompt]
+    return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
+
+
+class PromptIndex:
+    """Maps the prompts TRL hands to the rollout function back to environment rows.
+
+    TRL passes only the prompts, so rows are found by their prompt. Rows sharing an identical
+    prompt are interchangeable to the model; a group of such a prompt takes them in turn."""
+
+    def __init__(self, rows: Sequence[Any]):
+        self.rows: dict[str, list[Any]] = {}
+        for row in rows:
+            self.rows.setdefault(prompt_key(row.prompt), []).append(row)
+        self._turn: dict[str, int] = {}
+
+    @property
+    def ambiguous(self) -> int:
+        """Rows whose prompt is shared with another row."""
+        return sum(len(v) for v in self.rows.values() if len(v) > 1)
+
+    def row_for(self, prompt: Any) -> Any:
+        key = prompt_key(prompt)
+        candidates = self.rows.get(key)
+        if not candidates:
+            raise RuntimeError(
+                "rollout_func received a prompt that is not one of the environment's train rows"
+            )
+        if len(candidates) == 1:
+            return candidates[0]
+        turn = self._turn.get(key, 0)
+        self._turn[key] = turn + 1
+        return candidates[turn % len(candidates)]
+
+
+def train_dataset(rows: Sequence[Any]) -> Any:
+    """The dataset GRPOTrainer samples from: conversational prompts plus row id and language."""
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [{"prompt": list(row.prompt), "row_id": int(row.id), "language": str(row.language)} for row in rows]
+    )
+
+
+# ---- the rollout function ---------------------------------------------------------------------
+
+
+class EnvRolloutFunc:
+    """TRL `rollout_func`: the environment's episodes for a generation batch of prompts."""
+
+    def __init__(self, env: Any, index: PromptIndex, tokenizer: Any, gen_cfg: Any, model_cfg: Any):
+        self.env = env
+        self.index = index
+        self.tokenizer = tokenizer
+        self.gen_cfg = gen_cfg
+        self.model_cfg = model_cfg
+        self.max_tokens_per_turn = int(gen_cfg.max_tokens_per_turn)
+        # filled after each call, for tests and debugging: the rollouts of the last batch
+        self.last_rollouts: list[Any] = []
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
+        rows = self._rows(prompts, group)
+        from grpo.generation import Sampling
+
+        sampling = Sampling(
+            temperature=float(trainer.temperature),
+            top_p=float(trainer.top_p),
+            max_tokens_per_turn=self.max_tokens_per_turn,
+            seed=None,  # the global RNG, which transformers checkpoints and restores on resume
+        )
+        budget = int(trainer.max_completion_length)
+        if trainer.use_vllm:
+            rollouts = self._run(rows, group, self._vllm_backend(trainer), sampling, budget)
+        else:
+            from trl.models import unwrap_model_for_generation
+
+            with unwrap_model_for_generation(
+                trainer.model_wrapped,
+                trainer.accelerator,
+                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+            ) as policy:
+                from grpo.generation import make_backend
+
+                backend = make_backend(self.gen_cfg, policy, self.tokenizer, self.model_cfg)
+                rollouts = self._run(rows, group, backend, sampling, budget)
+        self.last_rollouts = rollouts
+        return rollout_fields(rollouts)
+
+    def _rows(self, prompts: list[Any], group: int) -> list[Any]:
+        """One row per group of `group` consecutive identical prompts (TRL's RepeatSampler order;
+        validate() keeps every per-device batch a whole number of groups)."""
+        if len(prompts) % group:
+            raise RuntimeError(
+                f"rollout_func got {len(prompts)} prompts, not a multiple of the group size {group}"
+            )
+        rows = []
+        for start in range(0, len(prompts), group):
+            key = prompt_key(prompts[start])
+            if any(prompt_key(p) != key for p in prompts[start + 1 : start + group]):
+                raise RuntimeError(
+                    "rollout_func got a group whose prompts differ: the batch is not group-aligned"
+                )
+            rows.append(self.index.row_for(prompts[start]))
+        return rows
+
+    def _run(self, rows: list[Any], group: int, backend: Any, sampling: Any, budget: int) -> list[Any]:
+        from grpo.rollout import run_rollouts
+
+        return run_rollouts(
+            self.env, rows, backend, rollouts_per_row=group, sampling=sampling, max_completion_tokens=budget
+        )
+
+    def _vllm_backend(self, trainer: Any) -> Any:
+        from grpo.generation.vllm import trainer_backend
+
+        return trainer_backend(trainer.vllm_generation, self.tokenizer, self.model_cfg, trainer.eos_token_ids)
+
+
+def rollout_fields(rollouts: Sequence[Any]) -> dict[str, list[Any]]:
+    """What rollout_func returns to TRL, one entry per completion."""
+    from grpo.rewards.rubric import COMPLETION_FIELD, INFO_FIELD, STATE_FIELD
+
+    return {
+        "prompt_ids": [list(r.prompt_ids) for r in rollouts],
+        "completion_ids": [list(r.completion_ids) for r in rollouts],
+        # NaN where a backend has no log-prob; TRL neutralises NaN in its importance ratios
+        "logprobs": [[float(x) for x in r.logprobs] for r in rollouts],
+        # 1 = model token, 0 = environment token: TRL masks the latter out of the loss
+        "env_mask": [list(r.env_mask) for r in rollouts],
+        COMPLETION_FIELD: [list(r.completion) for r in rollouts],
+        STATE_FIELD: [r.state for r in rollouts],
+        INFO_FIELD: [r.row.info for r in rollouts],
+        "row_id": [r.row.id for r in rollouts],
+        "language": [r.row.language for r in rollouts],
+        "rollout_truncated": [bool(r.truncated) for r in rollouts],
+    }
+
+
+# ---- TRL config ---------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def grpo_config_kwargs(cfg: Any, output_dir: Path, reward_weights: Sequence[float]) -> dict[str, Any]:
+    """trl.GRPOConfig keyword arguments for a composed config."""
+    t, o, g = cfg.trainer, cfg.optimizer, cfg.generation
+    kwargs: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        # batch geometry (TRL counts the per-device batch in completions)
+        "per_device_train_batch_size": int(t.per_device_batch_completions),
+        "gradient_accumulation_steps": int(t.gradient_accumulation_steps),
+        "num_generations": int(t.num_generations),
+        "max_steps": int(t.max_steps),
+        # optimizer
+        "optim": OPTIMIZERS[o.name],
+        "learning_rate": float(o.lr),
+        "weight_decay": float(o.weight_decay),
+        "adam_beta1": float(o.betas[0]),
+        "adam_beta2": float(o.betas[1]),
+        "max_grad_norm": float(o.max_grad_norm),
+        "lr_scheduler_type": str(o.lr_scheduler),
+        "warmup_steps": float(o.warmup),
+        # the GRPO objective
+        "loss_type": str(t.loss_type),
+        "beta": float(t.beta),
+        "epsilon": float(t.epsilon),
+        "epsilon_high": None if t.epsilon_high is None else float(t.epsilon_high),
+        "scale_rewards": str(t.scale_rewards),
+        "num_iterations": int(t.num_iterations),
+        "mask_truncated_completions": bool(t.mask_truncated_completions),
+        "reward_weights": [float(w) for w in reward_weights],
+        # sampling (our rollout engine samples with the same temperature / top-p)
+        "temperature": float(t.temperature),
+        "top_p": float(t.top_p),
+        "max_completion_length": int(t.max_completion_length),
+        # logging and checkpoints
+        "logging_steps": int(t.logging_steps),
+        "save_strategy": "steps",
+        "save_steps": int(t.save_steps),
+        "save_total_limit": None if t.save_total_limit is None else int(t.save_total_limit),
+        "log_completions": bool(t.log_completions),
+        "report_to": "none",  # tracking comes in as a callback
+        "disable_tqdm": True,  # one compact line per log instead (ProgressPrinter)
+        "bf16": bool(t.bf16),
+        # transformers 5 name of gradient checkpointing
+        "activation_checkpointing": bool(t.gradient_checkpointing),
+        "seed": int(t.seed),
+        "remove_unused_columns": False,
+    }
+    if o.name == "sgd" and o.momentum:
+        kwargs["optim_args"] = f"momentum={float(o.momentum)}"
+    if g.backend in VLLM_MODES:
+        from grpo.generation.vllm import server_base_url
+
+        extra = dict(_plain(g.extra) or {})
+        kwargs.update(
+            use_vllm=True,
+            vllm_mode=VLLM_MODES[g.backend],
+            vllm_gpu_memory_utilization=float(g.gpu_memory_utilization),
+            vllm_server_base_url=server_base_url(g),
+            vllm_server_host=str(g.host),
+            vllm_server_port=int(g.port),
+            vllm_server_timeout=float(g.timeout_s),
+            vllm_max_model_length=extra.get("max_model_length"),
+            vllm_tensor_parallel_size=int(extra.get("tensor_parallel_size", 1)),
+        )
+    kwargs.update(dict(_plain(t.extra) or {}))
+    return kwargs
+
+
+def make_grpo_config(cfg: Any, output_dir: Path, reward_weights: Sequence[float]) -> Any:
+    """The trl.GRPOConfig of a run; TRL's own rejections become one-line UserErrors."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    kwargs = grpo_config_kwargs(cfg, output_dir, reward_weights)
+    known = {f.name for f in dataclasses.fields(GRPOConfig)}
+    unknown = sorted(k for k in kwargs if k not in known)
+    if unknown:
+        raise UserError(f"trainer.extra: {', '.join(unknown)} is not a trl.GRPOConfig field")
+    try:
+        return GRPOConfig(**kwargs)
+    except (TypeError, ValueError) as ex:
+        reason = " ".join(str(ex).split())
+        raise UserError(f"trainer: TRL rejected the training config: {reason}") from None
+
+
+# ---- callbacks (transformers is imported only when training starts) -----------------------------
+
+
+def _callbacks(printer_header: str, log_every: int) -> tuple[Any, Any]:
+    from transformers import TrainerCallback
+
+    class CheckpointMarker(TrainerCallback):
+        """Marks a checkpoint complete once transformers has written all of it."""
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if not state.is_world_process_zero:
+                return
+            path = Path(args.output_dir) / f"{CHECKPOINT_PREFIX}{state.global_step}"
+            if path.is_dir():
+                mark_checkpoint_complete(path, state.global_step)
+
+    class ProgressPrinter(TrainerCallback):
+        """One line per logging step: step, reward, per-function rewards, KL, loss, speed, ETA."""
+
+        def __init__(self) -> None:
+            self.start = 0.0
+            self.start_step = 0
+            self.last: dict[str, float] = {}
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.start, self.start_step = time.perf_counter(), state.global_step
+            if state.is_world_process_zero:
+                resumed = f" (resumed at step {state.global_step})" if state.global_step else ""
+                print(f"[train] {printer_header}{resumed}", flush=True)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if not logs or "reward" not in logs:
+                return
+            self.last = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
+            if not state.is_world_process_zero:
+                return
+            done = state.global_step - self.start_step
+            elapsed = time.perf_counter() - self.start
+            per_step = elapsed / done if done else math.nan
+            eta = per_step * (state.max_steps - state.global_step)
+            parts = [f"step {state.global_step}/{state.max_steps}", f"reward {logs['reward']:.4f}"]
+            parts += [
+                f"{k[len('rewards/') : -len('/mean')]} {v:.4f}"
+                for k, v in logs.items()
+                if k.startswith("rewards/") and k.endswith("/mean") and isinstance(v, (int, float))
+            ]
+            for key, label in (("kl", "kl"), ("loss", "loss"), ("completions/mean_length", "len")):
+                if isinstance(logs.get(key), (int, float)):
+                    parts.append(f"{label} {logs[key]:.4g}")
+            if done:
+                parts.append(f"{per_step:.2f} s/step, eta {_clock(eta)}")
+            print("[train] " + " | ".join(parts), flush=True)
+
+    return CheckpointMarker(), ProgressPrinter()
+
+
+def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+# ---- the stage ------------------------------------------------------------------------------------
+
+
+def _check_gpu_requirements(cfg: Any) -> None:
+    """GPU-only settings, checked with torch before any model loads (validate() has already done
+    the light checks)."""
+    import torch
+
+    if cfg.optimizer.name == "adamw_8bit" and not torch.cuda.is_available():
+        raise UserError(
+            "optimizer=adamw_8bit needs a CUDA GPU (bitsandbytes 8-bit states): use optimizer=adamw on CPU"
+        )
+    if cfg.generation.backend == "vllm_colocate" and not torch.cuda.is_available():
+        raise UserError("generation=vllm_colocate needs a CUDA GPU: use generation=hf on CPU")
+
+
+def _ensure_loadable(model: Any, tokenizer: Any, model_cfg: Any, run_dir: Path) -> None:
+    """TRL loads a second copy of the policy from `model.name_or_path` (the reference model when
+    beta > 0 without LoRA; the colocated vLLM engine). A random-weight policy has no such path:
+    save its initial weights under the run dir and point the config there."""
+    name = str(getattr(model.config, "_name_or_path", "") or "")
+    if name and (Path(name).is_dir() or str(model_cfg.source) == "pretrained"):
+        return
+    out = run_dir / INITIAL_MODEL_DIR
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    model.config._name_or_path = str(out)
+
+
+def _needs_model_path(cfg: Any, peft_config: Any) -> bool:
+    reference_copy = float(cfg.trainer.beta) > 0 and peft_config is None
+    return reference_copy or cfg.generation.backend == "vllm_colocate"
+
+
+def _header(cfg: Any, env: Any, resume_from: Path | None) -> str:
+    t, o = cfg.trainer, cfg.optimizer
+    prompts = t.per_device_batch_completions // t.num_generations
+    text = (
+        f"env {env.name} | model {cfg.model.name} | {t.max_steps} steps x {t.gradient_accumulation_steps} "
+        f"micro-batch(es) of {t.per_device_batch_completions} completions ({prompts} prompts x "
+        f"{t.num_generations}) | loss {t.loss_type}, beta {t.beta}, scale {t.scale_rewards} | "
+        f"{o.name} lr {o.lr:g} | generation {cfg.generation.backend}"
+    )
+    return text + (f" | from {resume_from}" if resume_from else "")
+
+
+def train(
+    cfg: Any,
+    env: Any,
+    run_dir: str | os.PathLike[str],
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    callbacks: Sequence[Any] | None = None,
+    tracker: Any = None,
+) -> TrainResult:
+    """Train the policy on `env` with GRPO; checkpoints go to <run_dir>/checkpoints.
+
+    `model`/`tokenizer`: an already loaded policy (e.g. from the baseline evaluation), else it is
+    loaded from cfg.model. `callbacks`: extra transformers TrainerCallbacks (tracking adds one);
+    `tracker`: used for its trainer_callback() when no callbacks are given. With cfg.resume set,
+    training continues from that run's latest complete checkpoint."""
+    from grpo.config import validate
+
+    validate(cfg)
+    _check_gpu_requirements(cfg)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resume_from = latest_checkpoint(cfg.resume) if cfg.get("resume") else None
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's documented hook
+
+    from grpo.models import load_policy, lora_config
+    from grpo.rewards import all_reward_funcs, rubric_reward_funcs
+
+    reward_funcs, weights = rubric_reward_funcs(all_reward_funcs(cfg, env))
+    rows = env.rows("train")
+    index = PromptIndex(rows)
+    if index.ambiguous:
+        print(
+            f"[train] note: {index.ambiguous} train rows share their prompt with another row", file=sys.stderr
+        )
+    output_dir = run_dir / CHECKPOINTS_DIR
+    args = make_grpo_config(cfg, output_dir, weights)
+
+    if model is None or tokenizer is None:
+        model, tokenizer = load_policy(cfg.model)
+    peft_config = lora_config(cfg.model)
+    if _needs_model_path(cfg, peft_config):
+        _ensure_loadable(model, tokenizer, cfg.model, run_dir)
+
+    from trl import GRPOTrainer
+
+    marker, printer = _callbacks(_header(cfg, env, resume_from), int(cfg.trainer.logging_steps))
+    extra = list(callbacks or [])
+    if not extra and tracker is not None and hasattr(tracker, "trainer_callback"):
+        extra = [tracker.trainer_callback()]
+    rollout = EnvRolloutFunc(env, index, tokenizer, cfg.generation, cfg.model)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=train_dataset(rows),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        rollout_func=rollout,
+        callbacks=[marker, printer, *extra],
+    )
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # ProgressPrinter prints a compact line instead
+    start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    seconds = time.perf_counter() - start
+
+    if trainer.use_vllm:
+        # the engine last synced before the final optimizer step: push the final weights so an
+        # evaluation after training generates with the trained policy
+        from grpo.generation.vllm import use_trainer_engine
+
+        trainer.vllm_generation.sync_weights()
+        use_trainer_engine(trainer.vllm_generation, trainer.eos_token_ids)
+    latest = next((c for c in checkpoints_of(output_dir) if is_complete_checkpoint(c)), None)
+    return TrainResult(
+        global_step=int(trainer.state.global_step),
+        metrics=dict(printer.last),
+        checkpoint_dir=latest,
+        model=trainer.model,
+        tokenizer=tokenizer,
+        run_dir=run_dir,
+        seconds=seconds,
+        log_history=list(trainer.state.log_history),
+    )

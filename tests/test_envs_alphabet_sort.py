@@ -1,0 +1,383 @@
+"""alphabet_sort: prompts, expected answers and scores written out by hand, the multi-turn protocol,
+determinism, and the names sources."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import random
+import re
+
+import pytest
+
+from grpo.envs.alphabet_sort import AlphabetSortEnv
+from grpo.envs.base import Row
+from grpo.errors import UserError
+
+# a fixed 3-turn row: "adaLovelace" (lower-case first letter) sorts after every capitalised name
+TURN_NAMES = [["ZoeAdams", "adaLovelace", "BobBrown"], ["AliceCooper"], ["CarlDavis", "BethEvans"]]
+SHOWN = [["adaLovelace", "ZoeAdams", "BobBrown"], ["AliceCooper"], ["CarlDavis", "BethEvans"]]
+
+PROMPT_1 = (
+    "Sort these names in alphabetical order by FIRST name: adaLovelace, ZoeAdams, BobBrown\n"
+    "\n"
+    "Use exactly this format:\n"
+    "<alphabetical_sorted>\n"
+    "Name1\n"
+    "Name2\n"
+    "Name3\n"
+    "</alphabetical_sorted>"
+)
+PROMPT_2 = (
+    "Now sort ALL of these names alphabetically by FIRST name: AliceCooper\n"
+    "\n"
+    "These are in addition to the prior list. Mark any NEW names (that weren't in the prior list) "
+    "with `// new name!` at the end.\n"
+    "\n"
+    "Use exactly this format:\n"
+    "<combined_alphabetical_sorted>\n"
+    "Name1\n"
+    "Name2\n"
+    "Name3\n"
+    "Name4 // new name!\n"
+    "</combined_alphabetical_sorted>"
+)
+PROMPT_3 = (
+    "Now sort ALL of these names alphabetically by FIRST name: CarlDavis, BethEvans\n"
+    "\n"
+    "These are in addition to the prior list. Mark any NEW names (that weren't in the prior list) "
+    "with `// new name!` at the end. Follow the same format as before."
+)
+TRUTH_1 = ["BobBrown", "ZoeAdams", "adaLovelace"]
+TRUTH_2 = ["AliceCooper // new name!", "BobBrown", "ZoeAdams", "adaLovelace"]
+TRUTH_3 = [
+    "AliceCooper",
+    "BethEvans // new name!",
+    "BobBrown",
+    "CarlDavis // new name!",
+    "ZoeAdams",
+    "adaLovelace",
+]
+ANSWER_1 = "<alphabetical_sorted>\nBobBrown\nZoeAdams\nadaLovelace\n</alphabetical_sorted>"
+ANSWER_2 = (
+    "<combined_alphabetical_sorted>\nAliceCooper // new name!\nBobBrown\nZoeAdams\nadaLovelace\n"
+    "</combined_alphabetical_sorted>"
+)
+ANSWER_3 = (
+    "<combined_alphabetical_sorted>\nAliceCooper\nBethEvans // new name!\nBobBrown\nCarlDavis // new name!\n"
+    "ZoeAdams\nadaLovelace\n</combined_alphabetical_sorted>"
+)
+
+
+@pytest.fixture(scope="module")
+def env() -> AlphabetSortEnv:
+    return AlphabetSortEnv(seed=0, num_train_examples=50, num_eval_examples=20)
+
+
+def fixed_row() -> Row:
+    return Row(
+        id=0,
+        prompt=[{"role": "user", "content": PROMPT_1}],
+        info={
+            "turn_names": TURN_NAMES,
+            "ground_truths": [TRUTH_1, TRUTH_2, TRUTH_3],
+            "follow_ups": [PROMPT_2, PROMPT_3],
+            "num_turns": 3,
+        },
+    )
+
+
+def episode(*answers: str) -> list[dict[str, str]]:
+    """Assistant answers with the fixed row's follow-up user turns between them."""
+    messages: list[dict[str, str]] = []
+    for turn, answer in enumerate(answers):
+        if turn:
+            messages.append({"role": "user", "content": [PROMPT_2, PROMPT_3][turn - 1]})
+        messages.append({"role": "assistant", "content": answer})
+    return messages
+
+
+def reward(env: AlphabetSortEnv, completion: list[dict[str, str]]) -> float:
+    return env.score(fixed_row(), completion)["alphabet_sort_reward"]
+
+
+def ratio(pred: str, exp: str) -> float:
+    return difflib.SequenceMatcher(None, pred, exp).ratio()
+
+
+# ---- prompts and expected answers ------------------------------------------------------------
+
+
+def test_prompts_of_turns_1_2_3_written_out(env):
+    assert env.turn_prompts(TURN_NAMES, SHOWN) == [PROMPT_1, PROMPT_2, PROMPT_3]
+
+
+def test_expected_answers_sorted_by_code_point_with_new_names_marked(env):
+    assert env.ground_truths(TURN_NAMES) == [TRUTH_1, TRUTH_2, TRUTH_3]
+
+
+def test_generated_rows_are_consistent_with_their_prompts(env):
+    for row in env.rows("train"):
+        turns = row.info["turn_names"]
+        assert (
+            row.info["num_turns"]
+            == len(turns)
+            == len(row.info["ground_truths"])
+            == len(row.info["follow_ups"]) + 1
+        )
+        assert 1 <= len(turns) <= 3 and all(1 <= len(t) <= 5 for t in turns)
+        everyone = [n for t in turns for n in t]
+        assert len(set(everyone)) == len(everyone) and all(" " not in n for n in everyone)
+        # the names shown in each prompt are exactly that turn's names
+        texts = [row.prompt[0]["content"], *row.info["follow_ups"]]
+        for names, text in zip(turns, texts, strict=True):
+            shown = re.match(r".*? by FIRST name: (.*)\n", text).group(1).split(", ")
+            assert sorted(shown) == sorted(names)
+        assert row.info["ground_truths"][-1] == sorted(
+            [n + " // new name!" if n in turns[-1] and len(turns) > 1 else n for n in everyone],
+            key=lambda line: line.removesuffix(" // new name!"),
+        )
+        json.dumps(row.info)  # goes to results.jsonl
+
+
+def test_turn_count_and_names_per_turn_follow_the_bounds():
+    env = AlphabetSortEnv(
+        min_turns=2, max_turns=2, min_names_per_turn=4, max_names_per_turn=4, num_train_examples=30
+    )
+    for row in env.rows("train"):
+        assert row.info["num_turns"] == 2 and [len(t) for t in row.info["turn_names"]] == [4, 4]
+    counts = {r.info["num_turns"] for r in AlphabetSortEnv(num_train_examples=100).rows("train")}
+    assert counts == {1, 2, 3}
+
+
+# ---- determinism ---------------------------------------------------------------------------------
+
+
+def test_rows_deterministic_per_seed_and_splits_differ():
+    a = AlphabetSortEnv(seed=3, num_train_examples=10, num_eval_examples=10)
+    b = AlphabetSortEnv(seed=3, num_train_examples=10, num_eval_examples=10)
+    c = AlphabetSortEnv(seed=4, num_train_examples=10, num_eval_examples=10)
+    assert a.rows("train") == b.rows("train")
+    assert a.rows("train") != c.rows("train")
+    assert a.rows("train") != a.rows("eval")
+    assert a.rows("train", 4) == a.rows("train")[:4]
+    assert all(r.language == "en" for r in a.rows("eval"))
+
+
+def test_unsupported_language_is_a_user_error():
+    with pytest.raises(UserError, match=r"env\.language: .*'xx'.*supported: en"):
+        AlphabetSortEnv(language="xx")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"min_turns": 0}, "min_turns"),
+        ({"min_turns": 3, "max_turns": 2}, "max_turns"),
+        ({"max_names_per_turn": "many"}, "max_names_per_turn"),
+        ({"similarity_power": 0}, "similarity_power"),
+        ({"num_train_examples": 0}, "num_train_examples"),
+    ],
+)
+def test_bad_arguments_name_the_field(kwargs, field):
+    with pytest.raises(UserError, match=rf"^env\.{field}: "):
+        AlphabetSortEnv(**kwargs)
+
+
+# ---- the multi-turn protocol -----------------------------------------------------------------------
+
+
+def test_env_response_gives_follow_ups_then_ends(env):
+    row = fixed_row()
+    state = env.initial_state(row)
+    assert state == {"turn": 0, "num_turns": 3}
+    messages = [*row.prompt, {"role": "assistant", "content": ANSWER_1}]
+    assert env.env_response(messages, state, row) == [{"role": "user", "content": PROMPT_2}]
+    assert state["turn"] == 1
+    messages += [{"role": "user", "content": PROMPT_2}, {"role": "assistant", "content": ANSWER_2}]
+    assert env.env_response(messages, state, row) == [{"role": "user", "content": PROMPT_3}]
+    messages += [{"role": "user", "content": PROMPT_3}, {"role": "assistant", "content": ANSWER_3}]
+    assert env.env_response(messages, state, row) is None
+    assert state["turn"] == 3
+
+
+def test_reference_completion_is_the_perfect_episode(env):
+    assert env.reference_completion(fixed_row()) == episode(ANSWER_1, ANSWER_2, ANSWER_3)
+    for row in env.rows("eval"):
+        completion = env.reference_completion(row)
+        assert env.score(row, completion) == {"alphabet_sort_reward": 1.0}
+        assert sum(m["role"] == "assistant" for m in completion) == row.info["num_turns"]
+
+
+# ---- scores of crafted completions, computed by hand with difflib on literal strings -------------
+
+
+def test_perfect_episode_scores_one(env):
+    assert reward(env, episode(ANSWER_1, ANSWER_2, ANSWER_3)) == 1.0
+
+
+def test_one_swap_in_turn_3(env):
+    swapped = ANSWER_3.replace("BethEvans // new name!\nBobBrown", "BobBrown\nBethEvans // new name!")
+    r = ratio(
+        "alicecooper\nbobbrown\nbethevans // new name!\ncarldavis // new name!\nzoeadams\nadalovelace",
+        "alicecooper\nbethevans // new name!\nbobbrown\ncarldavis // new name!\nzoeadams\nadalovelace",
+    )
+    assert 0 < r < 1
+    assert reward(env, episode(ANSWER_1, ANSWER_2, swapped)) == pytest.approx((1 + 1 + r**4) / 3, abs=1e-15)
+
+
+def test_missing_tag_scores_that_turn_zero(env):
+    untagged = "BobBrown\nZoeAdams\nadaLovelace"
+    assert reward(env, episode(untagged, ANSWER_2, ANSWER_3)) == pytest.approx(2 / 3)
+    # turn 1's tag in turn 2 is not turn 2's tag
+    wrong_tag = ANSWER_2.replace("combined_alphabetical_sorted", "alphabetical_sorted")
+    assert reward(env, episode(ANSWER_1, wrong_tag, ANSWER_3)) == pytest.approx(2 / 3)
+
+
+def test_last_of_several_tags_counts(env):
+    draft = "<alphabetical_sorted>\nZoeAdams\nBobBrown\n</alphabetical_sorted>"
+    assert reward(env, episode(draft + "\nfixed:\n" + ANSWER_1, ANSWER_2, ANSWER_3)) == 1.0
+    r = ratio("zoeadams\nbobbrown", "bobbrown\nzoeadams\nadalovelace")
+    assert reward(env, episode(ANSWER_1 + "\n" + draft, ANSWER_2, ANSWER_3)) == pytest.approx(
+        (r**4 + 2) / 3, abs=1e-15
+    )
+
+
+def test_case_and_surrounding_whitespace_do_not_matter(env):
+    shouting = ANSWER_1.replace("BobBrown\nZoeAdams\nadaLovelace", "BOBBROWN\nzoeadams\nAdaLovelace")
+    spaced = "<alphabetical_sorted>\n\n   BobBrown  \n\tZoeAdams\n\n adaLovelace\t\n\n</alphabetical_sorted>"
+    assert reward(env, episode(shouting, ANSWER_2, ANSWER_3)) == 1.0
+    assert reward(env, episode(spaced, ANSWER_2, ANSWER_3)) == 1.0
+
+
+def test_missing_turns_count_zero(env):
+    assert reward(env, episode(ANSWER_1, ANSWER_2)) == pytest.approx(2 / 3)
+    assert reward(env, episode(ANSWER_1)) == pytest.approx(1 / 3)
+    assert reward(env, []) == 0.0
+
+
+def test_missing_new_name_marks_and_empty_block(env):
+    unmarked = ANSWER_2.replace(" // new name!", "")
+    r = ratio(
+        "alicecooper\nbobbrown\nzoeadams\nadalovelace",
+        "alicecooper // new name!\nbobbrown\nzoeadams\nadalovelace",
+    )
+    empty = "<alphabetical_sorted>\n \n</alphabetical_sorted>"
+    assert reward(env, episode(ANSWER_1, unmarked, ANSWER_3)) == pytest.approx((1 + r**4 + 1) / 3, abs=1e-15)
+    assert reward(env, episode(empty, ANSWER_2, ANSWER_3)) == pytest.approx(2 / 3)
+
+
+def test_similarity_power_applies_per_turn():
+    linear = AlphabetSortEnv(similarity_power=1)
+    missing_one = "<alphabetical_sorted>\nBobBrown\nadaLovelace\n</alphabetical_sorted>"
+    r = ratio("bobbrown\nadalovelace", "bobbrown\nzoeadams\nadalovelace")
+    assert reward(linear, episode(missing_one, ANSWER_2, ANSWER_3)) == pytest.approx((r + 2) / 3, abs=1e-15)
+
+
+def test_turn_scores_for_logging(env):
+    assert env.turn_scores(episode(ANSWER_1, "nothing"), fixed_row().info) == [1.0, 0.0, 0.0]
+
+
+def spec_reward(completion: list[dict], info: dict, power: float) -> float:
+    """The spec written out independently with re + difflib (what an external grader does)."""
+    answers = [m["content"] for m in completion if m["role"] == "assistant"]
+    total = 0.0
+    for turn in range(1, info["num_turns"] + 1):
+        tag = "alphabetical_sorted" if turn == 1 else "combined_alphabetical_sorted"
+        found = (
+            re.findall(f"<{tag}>(.*?)</{tag}>", answers[turn - 1], re.DOTALL) if turn <= len(answers) else []
+        )
+        lines = [s.strip().lower() for s in found[-1].split("\n") if s.strip()] if found else []
+        if lines:
+            expected = "\n".join(s.strip().lower() for s in info["ground_truths"][turn - 1])
+            total += difflib.SequenceMatcher(None, "\n".join(lines), expected).ratio() ** power
+    return total / info["num_turns"]
+
+
+def perturb(completion: list[dict], rng: random.Random) -> list[dict]:
+    out = [dict(m) for m in completion]
+    for m in out:
+        if m["role"] != "assistant":
+            continue
+        lines = m["content"].split("\n")
+        for _ in range(rng.randint(0, 3)):
+            i = rng.randrange(1, max(2, len(lines) - 1))
+            op = rng.randrange(5)
+            if op == 0 and len(lines) > 3:
+                del lines[i]
+            elif op == 1 and i + 1 < len(lines) - 1:
+                lines[i], lines[i + 1] = lines[i + 1], lines[i]
+            elif op == 2:
+                lines.insert(i, rng.choice(["JohnDoe", "", "  x ", "<alphabetical_sorted>"]))
+            elif op == 3:
+                lines[i] = lines[i].replace(" // new name!", "")
+            else:
+                lines[i] = lines[i][: len(lines[i]) // 2]
+        m["content"] = "\n".join(lines)
+    return out[: rng.randint(0, len(out))] if rng.random() < 0.2 else out
+
+
+def test_matches_an_independent_implementation_of_the_spec():
+    # long rows too: from 200 characters on, difflib's autojunk changes the ratio
+    env = AlphabetSortEnv(min_turns=3, max_turns=3, max_names_per_turn=7, num_eval_examples=60, seed=11)
+    rng = random.Random(0)
+    for row in env.rows("eval"):
+        for _ in range(10):
+            completion = perturb(env.reference_completion(row), rng)
+            assert env.score(row, completion)["alphabet_sort_reward"] == spec_reward(completion, row.info, 4)
+
+
+# ---- names sources -----------------------------------------------------------------------------------
+
+NAMES = [f"Person{c}{d} Surname{c}" for c in "ABCDEFGH" for d in "xyz"]  # 24 names with a space
+
+
+def names_in_rows(env: AlphabetSortEnv) -> set[str]:
+    return {n for row in env.rows("train") for turn in row.info["turn_names"] for n in turn}
+
+
+def check_pool(env: AlphabetSortEnv) -> None:
+    used = names_in_rows(env)
+    assert used and used <= {n.replace(" ", "") for n in NAMES}
+
+
+def test_names_from_txt_jsonl_json_csv(tmp_path):
+    (tmp_path / "n.txt").write_text("\n".join(NAMES) + "\n\n")
+    (tmp_path / "n.jsonl").write_text(
+        "\n".join(json.dumps({"names": NAMES[i : i + 3]}) for i in range(0, 24, 3))
+    )
+    (tmp_path / "n.json").write_text(json.dumps([{"names": n} for n in NAMES]))
+    (tmp_path / "n.csv").write_text("id,names\n" + "\n".join(f"{i},{n}" for i, n in enumerate(NAMES)))
+    for name in ["n.txt", "n.jsonl", "n.json", "n.csv"]:
+        check_pool(AlphabetSortEnv(names_source=str(tmp_path / name), num_train_examples=20))
+
+
+def test_names_from_a_saved_dataset_dir(tmp_path):
+    from datasets import Dataset
+
+    Dataset.from_dict({"names": [NAMES[i : i + 4] for i in range(0, 24, 4)]}).save_to_disk(
+        str(tmp_path / "ds")
+    )
+    check_pool(AlphabetSortEnv(names_source=str(tmp_path / "ds"), num_train_examples=20))
+
+
+def test_missing_names_file_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match=r"names_source .*missing\.txt.*file not found"):
+        AlphabetSortEnv(names_source=str(tmp_path / "missing.txt"))
+
+
+def test_unreachable_hub_dataset_is_a_user_error():
+    with pytest.raises(UserError, match=r"names_source 'nobody/no-such-names'.*hub"):
+        AlphabetSortEnv(names_source="nobody/no-such-names")
+
+
+def test_bad_names_files_are_user_errors(tmp_path):
+    (tmp_path / "few.txt").write_text("OnlyOne\nTwo Names\n")
+    (tmp_path / "col.csv").write_text("name\nA\n")
+    (tmp_path / "bad.jsonl").write_text('{"names": 3}\n')
+    with pytest.raises(UserError, match=r"has 2 distinct names but a row can need 15"):
+        AlphabetSortEnv(names_source=str(tmp_path / "few.txt"))
+    with pytest.raises(UserError, match=r"no `names` column"):
+        AlphabetSortEnv(names_source=str(tmp_path / "col.csv"))
+    with pytest.raises(UserError, match=r"record 0: `names` must be a string or a list of strings"):
+        AlphabetSortEnv(names_source=str(tmp_path / "bad.jsonl"))

@@ -1,0 +1,163 @@
+"""Language specs: every conf/language option composes through Hydra and validates; unknown
+codes and broken language files are one-line user errors; English prompts are the 0.1.5 texts."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from grpo.cli import compose
+from grpo.errors import UserError
+from grpo.languages.spec import available_languages, get_spec, spec_from_config
+
+LANGUAGES = ["ar", "de", "en", "es", "fr", "hi", "ja", "ko", "ru", "sv", "zh"]
+
+
+def test_available_languages():
+    assert available_languages() == LANGUAGES
+
+
+@pytest.mark.parametrize("code", [*LANGUAGES, "mix"])
+def test_composed_config_gives_the_same_spec(code):
+    cfg = compose(["+env=alphabet_sort", f"language={code}"])
+    spec = spec_from_config(cfg.language)
+    assert spec == get_spec(code)
+    assert spec.code == code
+    # the env receives the language code through ${language.code}
+    assert cfg.env.language == code
+
+
+def test_overrides_reach_the_spec():
+    cfg = compose(["+env=alphabet_sort", "language=sv", "language.consistency_weight=0.5"])
+    assert spec_from_config(cfg.language).consistency_weight == 0.5
+    # a dict override merges into the default weights; `members` picks the languages
+    cfg = compose(["+env=alphabet_sort", "language=mix", "language.mix.zh=3", "language.members=[en,zh,sv]"])
+    spec = spec_from_config(cfg.language)
+    assert spec.mix == {"en": 4.0, "zh": 3.0, "sv": 1.0} and not spec.balance
+    cfg = compose(["+env=alphabet_sort", "language=mix", "language.balance=true"])
+    spec = spec_from_config(cfg.language)
+    assert set(spec.mix) == set(LANGUAGES) and spec.balance
+    with pytest.raises(UserError, match="members"):
+        spec_from_config(compose(["+env=alphabet_sort", "language=sv", "language.members=[en]"]).language)
+
+
+def test_unknown_language_lists_the_available_ones():
+    with pytest.raises(UserError) as err:
+        get_spec("xx")
+    message = str(err.value)
+    assert "\n" not in message and "'xx'" in message
+    for code in LANGUAGES:
+        assert code in message
+
+
+def test_unknown_language_on_the_command_line_is_one_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo", "+env=alphabet_sort", "language=xx", "--cfg", "job"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "xx" in lines[0] and "sv" in lines[0] and "zh" in lines[0], proc.stderr
+
+
+def test_unknown_mix_member_is_a_user_error():
+    cfg = compose(["+env=alphabet_sort", "language=mix", "language.members=[en,xx]"])
+    with pytest.raises(UserError, match=r"language\.mix\.xx.*available: ar, de, en"):
+        spec_from_config(cfg.language)
+    cfg = compose(["+env=alphabet_sort", "language=mix", "language.members=[en]", "language.mix.en=0"])
+    with pytest.raises(UserError, match="weight > 0"):
+        spec_from_config(cfg.language)
+
+
+@functools.lru_cache(maxsize=1)
+def _sv_config() -> dict:
+    return OmegaConf.to_container(compose(["+env=alphabet_sort", "language=sv"]).language)
+
+
+def _sv_dict() -> dict:
+    return copy.deepcopy(_sv_config())
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("sort_key",), "alphabetical", "sort_key"),
+        (("collation_strength",), "strong", "collation_strength"),
+        (("scripts",), ["Latin", "Klingon"], "Klingon"),
+        (("consistency_weight",), -1.0, "consistency_weight"),
+        (("prompts", "alphabet_sort", "first_turn"), "Sortera: {names}\n\n{template}", "<alphabetical_sorted>"),
+        (("prompts", "alphabet_sort", "follow_up"), "Nya namn: {names}", "// new name!"),
+        (("prompts", "alphabet_sort", "placeholder"), "Namn{n}", "placeholder"),
+        (("prompts", "arithmetic", "user"), "Beräkna: {expr}", "expression"),
+        (("prompts", "arithmetic", "reference"), "{expression} = {answer}", "boxed"),
+        (("prompts", "reverse_text", "user"), "Vänd: {text", "prompts.reverse_text.user"),
+        (("prompts", "reverse_text", "tone"), "formal", "unknown key"),
+    ],
+)
+def test_broken_language_files_are_user_errors(path, value, message):
+    data = _sv_dict()
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(UserError, match=message.replace("{", r"\{").replace("|", r"\|")):
+        spec_from_config(data)
+
+
+def test_missing_prompt_block_is_a_user_error():
+    data = _sv_dict()
+    del data["prompts"]["arithmetic"]
+    spec = spec_from_config(data)
+    with pytest.raises(UserError, match=r"language\.prompts\.arithmetic"):
+        spec.prompts_for("arithmetic")
+    with pytest.raises(UserError, match="mix"):
+        get_spec("mix").prompts_for("alphabet_sort")
+
+
+def test_typo_in_a_language_field_fails_at_composition():
+    with pytest.raises(Exception, match="sortkey"):
+        compose(["+env=alphabet_sort", "language=sv", "language.sortkey=icu"])
+
+
+def test_english_prompts_render_the_alphabet_sort_0_1_5_texts():
+    p = get_spec("en").prompts["alphabet_sort"]
+    names = ", ".join(["MarcoEllero", "AnnaBell"])
+    template = "\n".join(p["placeholder"].format(i=i) for i in (1, 2))
+    assert p["first_turn"].format(names=names, template=template) == (
+        "Sort these names in alphabetical order by FIRST name: MarcoEllero, AnnaBell\n\n"
+        "Use exactly this format:\n<alphabetical_sorted>\nName1\nName2\n</alphabetical_sorted>"
+    )
+    turn2 = p["follow_up"].format(names="ZedAlpha") + p["follow_up_template"].format(
+        template="Name1\nName2\nName3 // new name!"
+    )
+    assert turn2 == (
+        "Now sort ALL of these names alphabetically by FIRST name: ZedAlpha\n\n"
+        "These are in addition to the prior list. Mark any NEW names (that weren't in the prior list) with "
+        "`// new name!` at the end.\n\nUse exactly this format:\n<combined_alphabetical_sorted>\n"
+        "Name1\nName2\nName3 // new name!\n</combined_alphabetical_sorted>"
+    )
+    turn3 = p["follow_up"].format(names="Bo") + p["same_format"]
+    assert turn3.endswith("with `// new name!` at the end. Follow the same format as before.")
+
+
+@pytest.mark.parametrize("code", LANGUAGES)
+def test_every_language_has_every_env_prompt(code):
+    spec = get_spec(code)
+    a = spec.prompts_for("alphabet_sort")
+    first = a["first_turn"].format(names=a["separator"].join(["X", "Y"]), template=a["placeholder"].format(i=1))
+    assert "<alphabetical_sorted>" in first and "X" in first
+    assert "// new name!" in a["follow_up"] and "// new name!" in a["follow_up_by_family"]
+    assert spec.prompt("arithmetic", "reference", expression="2 + 2", answer="4").count("\\boxed{4}") == 1
+    assert "{text}" in spec.prompts_for("reverse_text")["user"]
+    if code != "en":
+        # written in the language: the prompt's words are mostly in its scripts
+        from grpo.languages.consistency import language_consistency
+
+        assert language_consistency(first, spec) > 0.6, first

@@ -1,0 +1,338 @@
+"""The batched multi-turn rollout engine over the hf backend, on the real tiny model.
+
+The tiny model here has untied embeddings: with tied ones a random model's greedy output is the
+same token repeated, which would make the greedy comparisons below trivially true.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from grpo.cli import compose
+from grpo.envs import build_env
+from grpo.envs.base import Environment, Row
+from grpo.errors import UserError
+from grpo.generation import GenRequest, Sampling, make_backend
+from grpo.generation.hf import HFBackend
+from grpo.models import load_policy, load_tokenizer
+from grpo.rollout import run_rollouts
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return compose(["+env=alphabet_sort", "model.architecture.tie_word_embeddings=false"])
+
+
+@pytest.fixture(scope="module")
+def policy(cfg):
+    return load_policy(cfg.model)
+
+
+@pytest.fixture(scope="module")
+def env(cfg):
+    return build_env(cfg.env)
+
+
+@pytest.fixture(scope="module")
+def rows(env):
+    rows = env.rows("eval", 6)
+    assert {r.info["num_turns"] for r in rows} >= {1, 3}, "the test needs single- and multi-turn rows"
+    return rows
+
+
+def hf(policy, cfg, **kwargs) -> HFBackend:
+    model, tokenizer = policy
+    return HFBackend(model, tokenizer, model_cfg=cfg.model, **kwargs)
+
+
+class Spy:
+    """Wraps a backend and records every generate() call (a test spy on the backend boundary)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.calls: list[list[GenRequest]] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def generate(self, requests, sampling):
+        self.calls.append(list(requests))
+        return self.inner.generate(requests, sampling)
+
+
+class PingEnv(Environment):
+    """A multi-turn env with short, predictable replies: 'ping N' after model turn N."""
+
+    name = "ping"
+    max_turns = 5
+    multi_turn = True
+
+    def __init__(self, turns: int = 3):
+        super().__init__(num_train_examples=8, num_eval_examples=8)
+        self.turns = turns
+
+    def make_row(self, rng: random.Random, index: int, split: str) -> Row:
+        return Row(id=index, prompt=[{"role": "user", "content": f"count with me {index}"}], info={})
+
+    def env_response(self, messages, state, row):
+        done = sum(1 for m in messages if m["role"] == "assistant")
+        return None if done >= self.turns else [{"role": "user", "content": f"ping {done}"}]
+
+
+def runs(rollout) -> list[tuple[int, list[int]]]:
+    """Maximal spans of equal env_mask: [(mask, ids), ...]."""
+    out: list[tuple[int, list[int]]] = []
+    for tok, mask in zip(rollout.completion_ids, rollout.env_mask):
+        if out and out[-1][0] == mask:
+            out[-1][1].append(tok)
+        else:
+            out.append((mask, [tok]))
+    return out
+
+
+def model_emitted_specials(rollout, tokenizer) -> bool:
+    """True if the model wrote a special token other than a final EOS (decoded text drops those)."""
+    special = set(tokenizer.all_special_ids)
+    for mask, ids in runs(rollout):
+        body = ids[:-1] if ids and ids[-1] == tokenizer.eos_token_id else ids
+        if mask == 1 and special.intersection(body):
+            return True
+    return False
+
+
+def test_one_batched_generate_call_per_turn_in_row_major_order(policy, cfg, env, rows):
+    spy = Spy(hf(policy, cfg))
+    rollouts = run_rollouts(env, rows, spy, rollouts_per_row=3, sampling=Sampling(max_tokens_per_turn=12, seed=0))
+
+    assert [(r.row.id, r.rollout_index) for r in rollouts] == [(row.id, k) for row in rows for k in range(3)]
+    # the env decides the turns (alphabet_sort goes on whatever the model writes): all are taken
+    assert [r.num_turns for r in rollouts] == [row.info["num_turns"] for row in rows for _ in range(3)]
+    max_turns = max(row.info["num_turns"] for row in rows)
+    assert len(spy.calls) == max_turns
+    for turn, call in enumerate(spy.calls):
+        active = [r for r in rollouts if r.num_turns > turn]
+        assert len(call) == len(active) == 3 * sum(row.info["num_turns"] > turn for row in rows)
+        for request, rollout in zip(call, active):
+            # what the model was given is exactly a prefix of the final ids: nothing re-tokenised
+            full = rollout.prompt_ids + rollout.completion_ids
+            assert request.prompt_ids == full[: len(request.prompt_ids)]
+            assert request.max_new_tokens == 12
+    for r in rollouts:
+        assert len(r.completion_ids) == len(r.env_mask) == len(r.logprobs)
+        assert not r.truncated
+
+
+def test_env_mask_covers_exactly_the_environment_tokens(policy, cfg, env, rows):
+    _, tokenizer = policy
+    row = next(r for r in rows if r.info["num_turns"] == 3)
+    (rollout,) = run_rollouts(env, [row], hf(policy, cfg), sampling=Sampling(max_tokens_per_turn=16, seed=3))
+    spans = runs(rollout)
+    assert [mask for mask, _ in spans] == [1, 0, 1, 0, 1]
+    assistant = [m["content"] for m in rollout.completion if m["role"] == "assistant"]
+    follow_ups = [m["content"] for m in rollout.completion if m["role"] == "user"]
+    assert follow_ups == row.info["follow_ups"]
+    for k, (mask, ids) in enumerate(spans):
+        if mask == 1:
+            assert tokenizer.decode(ids, skip_special_tokens=True) == assistant[k // 2]
+            continue
+        # an env span closes the model's turn (the "\n" after its own <|im_end|>, or the whole
+        # close if it was cut off) and renders the user turn plus the next generation prompt
+        model_ids = spans[k - 1][1]
+        close = "\n" if model_ids[-1] == tokenizer.eos_token_id else IM_END + "\n"
+        expected = f"{close}{IM_START}user\n{follow_ups[k // 2]}{IM_END}\n{IM_START}assistant\n"
+        assert tokenizer.decode(ids, skip_special_tokens=False) == expected
+    for lp, mask in zip(rollout.logprobs, rollout.env_mask):
+        assert (lp == 0.0) if mask == 0 else (lp < 0.0)
+
+
+def test_ids_decode_to_the_template_rendering_of_the_conversation(policy, cfg, env, rows):
+    _, tokenizer = policy
+    rollouts = run_rollouts(env, rows, hf(policy, cfg), rollouts_per_row=2, sampling=Sampling(max_tokens_per_turn=16))
+    checked = 0
+    for r in rollouts:
+        if model_emitted_specials(r, tokenizer):
+            continue
+        text = tokenizer.decode(r.prompt_ids + r.completion_ids, skip_special_tokens=False)
+        # the template closes the last assistant turn after the model's final token
+        tail = "\n" if r.completion_ids[-1] == tokenizer.eos_token_id else IM_END + "\n"
+        assert text + tail == tokenizer.apply_chat_template(r.messages, tokenize=False)
+        prompt_text = tokenizer.apply_chat_template(r.row.prompt, add_generation_prompt=True, tokenize=False)
+        assert r.prompt_ids == tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+        checked += r.num_turns > 1
+    assert checked >= 3
+
+
+def test_logprobs_are_those_of_the_sampling_distribution(policy, cfg, env, rows):
+    model, _ = policy
+    temperature = 0.7
+    row = next(r for r in rows if r.info["num_turns"] >= 2)
+    (rollout,) = run_rollouts(
+        env, [row], hf(policy, cfg), sampling=Sampling(temperature=temperature, max_tokens_per_turn=10, seed=1)
+    )
+    ids = torch.tensor([rollout.prompt_ids + rollout.completion_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+    start = len(rollout.prompt_ids)
+    # the logits at position p predict token p + 1
+    predicted = torch.log_softmax(logits[start - 1 : -1] / temperature, dim=-1)
+    expected = predicted.gather(1, ids[0, start:, None]).squeeze(1)
+    mask = torch.tensor(rollout.env_mask, dtype=torch.bool)
+    got = torch.tensor(rollout.logprobs)
+    assert mask.sum() >= 20 and (~mask).sum() > 0
+    assert torch.allclose(got[mask], expected[mask], atol=1e-4)
+    assert torch.all(got[~mask] == 0.0)
+
+
+def test_completion_budget_caps_turns_and_ends_truncated(policy, cfg):
+    ping = PingEnv(turns=3)
+    rows = ping.rows("eval", 4)
+    backend = hf(policy, cfg)
+    # env turns are ~10 tokens: turn 1 takes 16, the env ~10, turn 2 only what is left
+    spy = Spy(backend)
+    rollouts = run_rollouts(
+        ping, rows, spy, rollouts_per_row=2, sampling=Sampling(max_tokens_per_turn=16, seed=0), max_completion_tokens=40
+    )
+    for r in rollouts:
+        spans = runs(r)
+        assert len(r.completion_ids) <= 40
+        assert len(spans[0][1]) <= 16
+    cut = [r for r in rollouts if len(r.completion_ids) == 40]
+    assert cut, "some rollout must use the whole budget"
+    for r in cut:
+        assert r.truncated
+        (mask, last), before = runs(r)[-1], len(r.completion_ids) - len(runs(r)[-1][1])
+        assert mask == 1 and len(last) == 40 - before < 16  # the budget, not the per-turn cap, cut it
+    # the second call asked each episode for exactly what its budget allowed
+    for request, r in zip(spy.calls[1], [r for r in rollouts if r.num_turns > 1]):
+        used = len(request.prompt_ids) - len(r.prompt_ids)
+        assert request.max_new_tokens == min(16, 40 - used)
+
+    # a budget too small for the env turn: the episode ends after turn 1, env message not appended
+    short = run_rollouts(ping, rows, backend, sampling=Sampling(max_tokens_per_turn=16, seed=0), max_completion_tokens=20)
+    full_first_turns = [r for r in short if len(runs(r)[0][1]) == 16]
+    assert full_first_turns
+    for r in full_first_turns:
+        assert r.truncated and r.num_turns == 1
+        assert [m["role"] for m in r.completion] == ["assistant"]
+        assert r.env_mask == [1] * 16
+
+    # no budget: every episode plays all its turns
+    free = run_rollouts(ping, rows[:2], backend, sampling=Sampling(max_tokens_per_turn=8, seed=0))
+    assert all(r.num_turns == 3 and not r.truncated for r in free)
+
+
+def test_seeded_sampling_is_reproducible_and_leaves_the_global_rng_alone(policy, cfg, env, rows):
+    backend = hf(policy, cfg)
+    sampling = Sampling(temperature=1.0, max_tokens_per_turn=12, seed=7)
+    rng_before = torch.random.get_rng_state()
+    first = run_rollouts(env, rows[:3], backend, rollouts_per_row=2, sampling=sampling)
+    assert torch.equal(torch.random.get_rng_state(), rng_before)
+    again = run_rollouts(env, rows[:3], backend, rollouts_per_row=2, sampling=sampling)
+    other = run_rollouts(env, rows[:3], backend, rollouts_per_row=2, sampling=Sampling(max_tokens_per_turn=12, seed=8))
+    assert [r.completion for r in first] == [r.completion for r in again]
+    assert [r.completion_ids for r in first] == [r.completion_ids for r in again]
+    assert [r.logprobs for r in first] == [r.logprobs for r in again]
+    assert [r.completion_ids for r in first] != [r.completion_ids for r in other]
+    # the rollouts of one row are different samples
+    assert first[0].completion_ids != first[1].completion_ids
+
+
+def test_batched_equals_one_conversation_at_a_time_under_greedy(policy, cfg, env, rows):
+    sampling = Sampling(temperature=0.0, max_tokens_per_turn=20)
+    batched_spy, sequential_spy = Spy(hf(policy, cfg)), Spy(hf(policy, cfg, batch_size=1))
+    batched = run_rollouts(env, rows, batched_spy, sampling=sampling, max_completion_tokens=600)
+    sequential = run_rollouts(env, rows, sequential_spy, sampling=sampling, max_completion_tokens=600)
+    texts = {r.completion[0]["content"] for r in batched}
+    assert len(texts) == len(rows), "greedy outputs should differ between prompts"
+    for a, b in zip(batched, sequential):
+        assert a.completion_ids == b.completion_ids
+        assert a.env_mask == b.env_mask
+        assert a.completion == b.completion
+        assert a.truncated == b.truncated
+        assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs)), default=0.0) < 1e-4
+
+
+QWEN3_LIKE_TEMPLATE = (
+    # Qwen3 non-thinking style: the generation prompt pre-fills an empty think block, and an
+    # assistant turn keeps that block only while it is the latest one: adding a turn REWRITES it.
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for m in messages -%}{%- if m.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' and loop.index0 > ns.last_user -%}"
+    "{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' + m.content + '<|im_end|>\\n' -}}"
+    "{%- else -%}"
+    "{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}"
+)
+
+
+def test_template_that_rewrites_history_keeps_the_ids_the_model_saw(policy, cfg):
+    model, _ = policy
+    tokenizer = load_tokenizer(cfg.model)
+    tokenizer.chat_template = QWEN3_LIKE_TEMPLATE
+    spy = Spy(HFBackend(model, tokenizer, model_cfg=cfg.model))
+    ping = PingEnv(turns=2)
+    row = ping.rows("eval", 1)[0]
+    (r,) = run_rollouts(ping, [row], spy, sampling=Sampling(max_tokens_per_turn=12, seed=2))
+
+    think = "<think>\n\n</think>\n\n"
+    turn1, turn2 = (c[0].prompt_ids for c in spy.calls)
+    model_ids = [t for t, m in zip(r.completion_ids, r.env_mask) if m == 1][: len(turn2) - len(turn1)]
+    assert turn2[: len(turn1)] == turn1  # turn 2 extends exactly what turn 1 saw
+    spans = runs(r)
+    assert [m for m, _ in spans] == [1, 0, 1]
+    close = "\n" if spans[0][1][-1] == tokenizer.eos_token_id else IM_END + "\n"
+    assert tokenizer.decode(spans[1][1], skip_special_tokens=False) == (
+        f"{close}{IM_START}user\nping 1{IM_END}\n{IM_START}assistant\n{think}"
+    )
+    assert model_ids == spans[0][1]
+    seen = tokenizer.decode(r.prompt_ids + r.completion_ids, skip_special_tokens=False)
+    rerendered = tokenizer.apply_chat_template(r.messages, tokenize=False)
+    # the template drops turn 1's think block on re-render; the ids keep it, as the model saw it
+    assert seen.count(think) == 2 and rerendered.count(think) == 1
+
+
+def test_hf_backend_rows_stop_at_their_own_limits_and_train_mode_is_restored(policy, cfg, env, rows):
+    model, tokenizer = policy
+    backend = hf(policy, cfg)
+    prompts = [tokenizer.apply_chat_template(row.prompt, add_generation_prompt=True, tokenize=False) for row in rows[:3]]
+    ids = [backend.encode(p) for p in prompts]
+    limits = [3, 11, 6]
+    greedy = Sampling(temperature=0.0)
+    model.train()
+    try:
+        together = backend.generate([GenRequest(n, prompt_ids=p) for n, p in zip(limits, ids)], greedy)
+        assert model.training
+    finally:
+        model.eval()
+    alone = [backend.generate([GenRequest(n, prompt_ids=p)], greedy)[0] for n, p in zip(limits, ids)]
+    assert not model.training
+    for n, a, b in zip(limits, together, alone):
+        assert len(a.token_ids) == n or a.finished
+        assert a.token_ids == b.token_ids and a.text == b.text and a.num_tokens == len(a.token_ids)
+        assert len(a.logprobs) == len(a.token_ids)
+
+
+def test_make_backend_and_bad_generation_settings(policy, cfg):
+    model, tokenizer = policy
+    backend = make_backend(compose(["+env=alphabet_sort", "generation.batch_size=4"]).generation, model, tokenizer, cfg.model)
+    assert isinstance(backend, HFBackend) and backend.batch_size == 4 and backend.model is model
+
+    with pytest.raises(UserError, match=r"generation.backend='nope' is not available; choose one of: hf, openai"):
+        make_backend(compose(["+env=alphabet_sort", "generation.backend=nope"]).generation, model, tokenizer)
+    with pytest.raises(UserError, match="generation.batch_size=0"):
+        make_backend(compose(["+env=alphabet_sort", "generation.batch_size=0"]).generation, model, tokenizer)
+    with pytest.raises(UserError, match="generation.max_tokens_per_turn=0"):
+        make_backend(compose(["+env=alphabet_sort", "generation.max_tokens_per_turn=0"]).generation, model, tokenizer)
+    with pytest.raises(UserError, match="temperature"):
+        Sampling(temperature=-1)
+    with pytest.raises(UserError, match="top_p"):
+        Sampling(top_p=0)

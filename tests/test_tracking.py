@@ -1,0 +1,295 @@
+"""The MLflow tracker on a real SQLite store: run lifecycle, params, metrics, evaluations,
+artifacts, plots, resume, failures, several writer processes, tracking=none."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from grpo.cli import compose
+from grpo.errors import UserError
+from grpo.evaluate import EvalResult
+from grpo.tracking import NullTracker, make_tracker
+from grpo.tracking.mlflow_tracker import RUN_FILE, eval_scores, render_messages, sample_table
+from grpo.tracking.params import config_params, safe_name, varied_overrides
+from grpo.tracking.store import metric_curve, tracking_uri, with_retry
+from grpo.tracking.trainer_callback import train_metrics
+
+
+def _cfg(root: Path, *overrides: str):
+    return compose(["+env=alphabet_sort", "tracking=mlflow", f"output_root={root}", *overrides])
+
+
+def _eval_result(out: Path, label: str, scores: list[float]) -> EvalResult:
+    """An EvalResult backed by real results.jsonl / metadata.json files (one rollout per example)."""
+    out.mkdir(parents=True, exist_ok=True)
+    records = [
+        {
+            "example_id": i,
+            "rollout_index": 0,
+            "language": "en",
+            "prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": f"sort {i} b a"}],
+            "completion": [{"role": "assistant", "content": f"a b {i}"}],
+            "alphabetical": s,
+            "reward": s,
+            "num_turns": 1,
+            "truncated": False,
+        }
+        for i, s in enumerate(scores)
+    ]
+    (out / "results.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    (out / "metadata.json").write_text(json.dumps({"label": label}))
+    mean = sum(scores) / len(scores)
+    return EvalResult(
+        label=label,
+        n=len(scores),
+        r=1,
+        mean=mean,
+        std=0.0,
+        per_function={"alphabetical": mean},
+        per_function_std={"alphabetical": 0.0},
+        per_language={"en": {"mean": mean, "std": 0.0, "count": len(scores)}},
+        pass_at_k=None,
+        rewards=[[s] for s in scores],
+        results_path=out / "results.jsonl",
+        metadata_path=out / "metadata.json",
+        seconds=0.5,
+    )
+
+
+def _train_log(callback, step: int, reward: float, kl: float) -> None:
+    state = TrainerState()
+    state.global_step = step
+    logs = {"loss": 0.5 / step, "reward": reward, "kl": kl, "rewards/alphabetical/mean": reward, "grad_norm": 1.0}
+    callback.on_log(TrainingArguments(output_dir="unused", report_to="none"), state, TrainerControl(), logs=logs)
+
+
+def _artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
+    found: set[str] = set()
+    for a in client.list_artifacts(run_id, path):
+        found |= _artifacts(client, run_id, a.path) if a.is_dir else {a.path}
+    return found
+
+
+def test_run_logs_params_metrics_evals_artifacts_and_plots(tmp_path):
+    cfg = _cfg(tmp_path, "trainer.beta=0.04", "optimizer.lr=3e-6")
+    run_dir = tmp_path / "runs" / "r1"
+    tracker = make_tracker(cfg, run_dir)
+    with tracker:
+        tracker.log_config(cfg)
+        tracker.log_eval("baseline", _eval_result(run_dir / "eval_baseline", "baseline", [0.1, 0.3]), step=0)
+        callback = tracker.trainer_callback()
+        for step, (reward, kl) in enumerate([(0.2, 0.01), (0.4, 0.02), (0.3, 0.05)], start=1):
+            _train_log(callback, step, reward, kl)
+        tracker.log_eval("final", _eval_result(run_dir / "eval_final", "final", [0.5, 0.7]), step=3)
+        tracker.finish_run(0.6)
+
+    # the default store: <output_root>/mlflow.db, artifacts next to it, one experiment per env
+    assert tracking_uri(cfg) == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri(cfg))
+    run = client.get_run(tracker.run_id)
+    experiment = client.get_experiment(run.info.experiment_id)
+    assert experiment.name == "grpo-alphabet_sort"
+    assert run.info.artifact_uri.startswith((tmp_path / "mlartifacts" / "grpo-alphabet_sort").as_uri())
+    assert run.info.status == "FINISHED"
+    assert json.loads((run_dir / RUN_FILE).read_text())["run_id"] == tracker.run_id
+
+    params = run.data.params
+    assert params["cfg.trainer.beta"] == "0.04" and params["cfg.optimizer.lr"] == "3e-06"
+    assert params["cfg.optimizer.betas"] == "[0.9, 0.99]"  # a list is one JSON value
+    assert params["cfg.env.name"] == "alphabet_sort" and params["cfg.output_root"] == str(tmp_path)
+    assert all(k.startswith("cfg.") for k in params) and not any(k.startswith("cfg.hydra") for k in params)
+    assert params == config_params(cfg)
+
+    assert [(m.step, m.value) for m in client.get_metric_history(tracker.run_id, "train/reward")] == [
+        (1, 0.2),
+        (2, 0.4),
+        (3, 0.3),
+    ]
+    assert [m.step for m in client.get_metric_history(tracker.run_id, "train/rewards/alphabetical/mean")] == [1, 2, 3]
+    metrics = run.data.metrics
+    assert metrics["eval/baseline/mean"] == pytest.approx(0.2)
+    assert metrics["eval/final/mean"] == pytest.approx(0.6)
+    assert metrics["eval/final/func/alphabetical"] == pytest.approx(0.6)
+    assert metrics["eval/final/lang/en/count"] == 2
+    assert [m.step for m in client.get_metric_history(tracker.run_id, "eval/final/mean")] == [3]
+    assert metrics["objective"] == pytest.approx(0.6)
+
+    assert _artifacts(client, tracker.run_id) >= {
+        "config.yaml",
+        "eval/baseline/results.jsonl",
+        "eval/baseline/metadata.json",
+        "eval/baseline/samples.json",
+        "eval/final/samples.json",
+        "plots/train_curves.png",
+        "plots/eval_by_function.png",
+    }
+    local = Path(client.download_artifacts(tracker.run_id, "eval/final/samples.json", str(tmp_path / "dl")))
+    table = json.loads(local.read_text())
+    rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
+    assert [(r["prompt"], r["completion"], r["reward"], r["alphabetical"]) for r in rows] == [
+        ("sort 0 b a", "a b 0", 0.5, 0.5),
+        ("sort 1 b a", "a b 1", 0.7, 0.7),
+    ]
+    config_yaml = Path(client.download_artifacts(tracker.run_id, "config.yaml", str(tmp_path / "dl"))).read_text()
+    assert "beta: 0.04" in config_yaml and "${" not in config_yaml  # resolved
+
+
+def test_an_exception_marks_the_run_failed_and_propagates(tmp_path):
+    cfg = _cfg(tmp_path)
+    tracker = make_tracker(cfg, tmp_path / "run")
+    with pytest.raises(RuntimeError, match="loss is NaN"), tracker:
+        tracker.log_config(cfg)
+        _train_log(tracker.trainer_callback(), 1, 0.5, 0.0)
+        raise RuntimeError("loss is NaN")
+    run = MlflowClient(tracking_uri(cfg)).get_run(tracker.run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["grpo.error"] == "RuntimeError: loss is NaN"
+    assert run.data.metrics["train/reward"] == 0.5  # what was logged before the failure stays
+
+
+def test_ctrl_c_marks_the_run_killed(tmp_path):
+    cfg = _cfg(tmp_path)
+    tracker = make_tracker(cfg, tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt), tracker:
+        raise KeyboardInterrupt
+    assert MlflowClient(tracking_uri(cfg)).get_run(tracker.run_id).info.status == "KILLED"
+
+
+def test_resume_continues_the_same_run(tmp_path):
+    first_dir = tmp_path / "runs" / "first"
+    cfg = _cfg(tmp_path, "trainer.max_steps=2")
+    first = make_tracker(cfg, first_dir)
+    with pytest.raises(RuntimeError), first:  # the first run dies after two steps
+        first.log_config(cfg)
+        callback = first.trainer_callback()
+        _train_log(callback, 1, 0.1, 0.0)
+        _train_log(callback, 2, 0.2, 0.0)
+        raise RuntimeError("killed")
+
+    resumed_cfg = _cfg(tmp_path, "trainer.max_steps=4", f"resume={first_dir}")
+    second = make_tracker(resumed_cfg, tmp_path / "runs" / "second")
+    with second:
+        second.log_config(resumed_cfg)
+        callback = second.trainer_callback()
+        _train_log(callback, 3, 0.3, 0.0)
+        _train_log(callback, 4, 0.4, 0.0)
+
+    assert second.run_id == first.run_id
+    client = MlflowClient(tracking_uri(cfg))
+    run = client.get_run(first.run_id)
+    assert run.info.status == "FINISHED"
+    assert metric_curve(client, run.info.run_id, "train/reward") == [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4)]
+    assert run.data.params["cfg.trainer.max_steps"] == "2"  # params are immutable ...
+    assert run.data.tags["grpo.resumed.cfg.trainer.max_steps"] == "4"  # ... the change is a tag
+    assert run.data.params["cfg.resume"] == "None" and run.data.tags["grpo.resumed.cfg.resume"] == str(first_dir)
+    assert len(client.search_runs([run.info.experiment_id])) == 1
+
+
+def test_tracking_none_creates_no_store(tmp_path):
+    cfg = compose(["+env=alphabet_sort", "tracking=none", f"output_root={tmp_path}"])
+    tracker = make_tracker(cfg, tmp_path / "run")
+    assert isinstance(tracker, NullTracker)
+    with tracker:
+        tracker.log_config(cfg)
+        tracker.log_metrics({"x": 1.0}, step=1)
+        tracker.log_eval("baseline", _eval_result(tmp_path / "ev", "baseline", [0.5]), step=0)
+        tracker.finish_run(0.5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ev"]
+
+
+@pytest.mark.parametrize("uri", ["./mlruns", "file:///tmp/mlruns", "/abs/mlruns"])
+def test_file_store_uri_is_a_user_error(tmp_path, uri):
+    with pytest.raises(UserError, match="tracking.uri=.*file store.*sqlite:///"):
+        make_tracker(_cfg(tmp_path, f"tracking.uri={uri}"), tmp_path / "run")
+
+
+def test_unknown_backend_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="tracking.backend=wandb"):
+        make_tracker(_cfg(tmp_path, "tracking.backend=wandb"), tmp_path / "run")
+
+
+def test_relative_sqlite_uri_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert tracking_uri(_cfg(tmp_path, "tracking.uri=sqlite:///sub/x.db")) == f"sqlite:///{tmp_path}/sub/x.db"
+
+
+def test_train_metrics_names_and_values():
+    import torch
+
+    logs = {"loss": 1.5, "rewards/f/mean": torch.tensor(0.25), "train_runtime": 3.0, "note": "text", "x": None}
+    assert train_metrics(logs) == {"train/loss": 1.5, "train/rewards/f/mean": 0.25, "train/summary/runtime": 3.0}
+
+
+def test_helpers():
+    assert safe_name("eval/a@b:c") == "eval/a_b_c"
+    assert varied_overrides(["+env=a", "lr=1e-06", "beta=0"], ["+env=a", "lr=1e-6,3e-6", "beta=0,1"]) == [
+        "lr=1e-06",
+        "beta=0",
+    ]
+    assert render_messages([{"role": "assistant", "content": "hi"}]) == "hi"
+    assert render_messages([{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]) == (
+        "[assistant] a\n\n[user] b"
+    )
+    scores = eval_scores({"eval/final/func/f": 0.5, "eval/baseline/func/f": 0.1, "eval/final/mean": 0.4, "x": 1})
+    assert list(scores) == ["baseline", "final"]
+    assert scores["final"] == {"f": 0.5, "(total)": 0.4}
+
+
+def test_sample_table_limit_and_columns(tmp_path):
+    result = _eval_result(tmp_path, "eval", [0.1, 0.2, 0.3])
+    table = sample_table(result.results_path, ["alphabetical"], limit=2)
+    assert table["reward"] == [0.1, 0.2] and table["alphabetical"] == [0.1, 0.2]
+    assert table["prompt"] == ["sort 0 b a", "sort 1 b a"]
+
+
+def test_with_retry_retries_a_locked_database_only():
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+        return "ok"
+
+    assert with_retry(flaky) == "ok" and len(calls) == 3
+    with pytest.raises(ValueError):
+        with_retry(lambda: (_ for _ in ()).throw(ValueError("bad value")))
+
+
+def _writer(uri: str, experiment: str, worker: int, steps: int, queue) -> None:
+    """One process logging `steps` steps into a shared store (the first one creates its tables)."""
+    cfg = compose(["+env=alphabet_sort", "tracking=mlflow", f"tracking.uri={uri}", f"tracking.experiment={experiment}"])
+    tracker = make_tracker(cfg, Path(uri.removeprefix("sqlite:///")).parent / f"run{worker}")
+    with tracker:
+        tracker.log_config(cfg)
+        for step in range(1, steps + 1):
+            tracker.log_metrics({"train/reward": worker + step / 1000, "train/kl": 0.1}, step)
+    queue.put(tracker.run_id)
+
+
+@pytest.mark.slow
+def test_parallel_writers_share_one_fresh_sqlite_store(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
+    ctx = multiprocessing.get_context("spawn")  # separate interpreters, like joblib's loky workers
+    queue = ctx.Queue()
+    steps = 60
+    procs = [ctx.Process(target=_writer, args=(uri, "shared", w, steps, queue)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    run_ids = [queue.get(timeout=5) for _ in procs]
+    client = MlflowClient(uri)
+    for run_id in run_ids:
+        run = client.get_run(run_id)
+        assert run.info.status == "FINISHED"
+        assert len(client.get_metric_history(run_id, "train/reward")) == steps
+        assert len(client.get_metric_history(run_id, "train/kl")) == steps
+    assert len(client.search_experiments(filter_string="name = 'shared'")) == 1

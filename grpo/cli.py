@@ -54,11 +54,19 @@ def one_line(ex: BaseException) -> str:
         seen.add(id(ex))
         for line in str(ex).splitlines():
             line = line.strip()
-            if line and not line.startswith(("object_type=", "reference_type=", "Config search path")):
-                if line not in parts:
-                    parts.append(line)
+            if line and line not in parts and not _is_noise(line):
+                parts.append(line)
         ex = ex.__cause__ or ex.__context__
     return "; ".join(parts) or "unknown error"
+
+
+def _is_noise(line: str) -> bool:
+    """Lines of Hydra/OmegaConf messages that add nothing on a one-line error."""
+    return (
+        line == "None"
+        or "$VALUE" in line
+        or line.startswith(("object_type=", "reference_type=", "Config search path", "See https://hydra.cc"))
+    )
 
 
 def fail(message: str) -> None:

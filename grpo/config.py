@@ -82,16 +82,105 @@ class LanguageConfig:
 
 
 @dataclass
+class RewardModelBackboneConfig:
+    # preset name (conf/reward_model/backbone/<name>.yaml)
+    name: str = "tiny"
+    # random: a Qwen3 sequence-classification model built from `architecture` with random weights and
+    # the built-in offline tokenizer; pretrained: `path` (hub id or local dir) loaded with
+    # AutoModelForSequenceClassification (a causal LM gets a new score head)
+    source: str = "random"
+    path: Optional[str] = None
+    # Qwen3Config fields for source=random (hidden_size, num_hidden_layers, ...)
+    architecture: Optional[dict[str, Any]] = None
+    # tokenizer hub id or local dir; null = the backbone's own (pretrained) or the built-in one (random)
+    tokenizer: Optional[str] = None
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+    # tokens of prompt + completion the RM reads; a longer conversation loses its middle
+    max_length: int = 1024
+    # the random weights (source=random) and the new score head are a function of this seed
+    seed: int = 0
+
+
+@dataclass
+class RewardModelSyntheticConfig:
+    # environment the pairs come from: a conf/env option name; null = the run's env
+    env: Optional[str] = None
+    # preference pairs per language
+    n: int = 256
+    # languages of the pairs; null = the run's language (language=mix: its members)
+    languages: Optional[list[str]] = None
+    # corruption strength of the rejected answer in [0, 1]: 0 = one small change, 1 = most of it broken
+    severity: float = 0.5
+    # corruption kinds drawn for the rejected answer: swap, drop, duplicate, format, language
+    corruptions: list[str] = field(default_factory=lambda: ["swap", "drop", "duplicate", "format", "language"])
+
+
+@dataclass
+class RewardModelDataConfig:
+    # a preference JSONL file (or a dir of *.jsonl): {prompt|instruction, chosen, rejected, language}
+    # per line; null = synthetic pairs from an environment
+    path: Optional[str] = None
+    synthetic: RewardModelSyntheticConfig = field(default_factory=RewardModelSyntheticConfig)
+    # share of each language's pairs held out for accuracy and normalisation statistics
+    heldout_fraction: float = 0.2
+    # the train / held-out split and the synthetic corruptions are a function of this seed
+    seed: int = 0
+
+
+@dataclass
+class RewardModelTrainingConfig:
+    lr: float = 1e-3
+    # passes over the training pairs (ignored when max_steps > 0)
+    epochs: float = 1.0
+    # optimizer steps; -1 = from epochs
+    max_steps: int = -1
+    # per-device micro-batch counted in PAIRS (each pair is two sequences: chosen and rejected)
+    batch_size_pairs: int = 16
+    gradient_accumulation_steps: int = 1
+    weight_decay: float = 0.0
+    # warmup length: a fraction of the steps when < 1, a number of optimizer steps when >= 1
+    warmup: float = 0.0
+    # any transformers SchedulerType
+    lr_scheduler: str = "linear"
+    max_grad_norm: float = 1.0
+    # mean-zero reward regulariser of Eisenstein et al. 2023 (TRL center_rewards_coefficient); null = off
+    center_rewards_coefficient: Optional[float] = None
+    # optimizer steps between logged training metrics (rm/train/...)
+    logging_steps: int = 10
+    bf16: bool = False
+    # completions per forward pass when scoring (held-out accuracy, calibration, GRPO rewards)
+    score_batch_size: int = 64
+    # any other trl.RewardConfig field, passed through as is
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RewardModelConditioningConfig:
+    # prefix every sequence with a language tag token <lang:xx> (one added token per language)
+    tag_token: bool = True
+    # one scalar score head per language (the row's language picks it) instead of one shared head
+    per_language_heads: bool = False
+
+
+@dataclass
 class RewardModelConfig:
-    # rubric | learned | ensemble | learned_only
+    # rubric (env rewards only) | learned (one RM + rubric) | ensemble (several RMs + rubric) |
+    # learned_only (RM(s) count, the rubric is only logged)
     kind: str = "rubric"
-    # weight of the environment's own rubric rewards relative to learned ones
+    # multiplies the environment's own rubric weights (0: the rubric is logged but does not count)
     rubric_weight: float = 1.0
+    # trained RM dirs (a reward_model stage's output); empty = this run's reward_model stage output
     checkpoints: list[str] = field(default_factory=list)
+    # weight of the (combined) normalised RM score in the GRPO reward
     weight: float = 1.0
-    # ensemble combination: mean | min | mean_minus_std
+    # how ensemble members' normalised scores combine: mean | min | mean_minus_std (mean - k * std)
     combine: str = "mean"
     k: float = 1.0
+    backbone: RewardModelBackboneConfig = field(default_factory=RewardModelBackboneConfig)
+    data: RewardModelDataConfig = field(default_factory=RewardModelDataConfig)
+    training: RewardModelTrainingConfig = field(default_factory=RewardModelTrainingConfig)
+    conditioning: RewardModelConditioningConfig = field(default_factory=RewardModelConditioningConfig)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -207,13 +296,15 @@ class TrackingConfig:
 
 @dataclass
 class EvalConfig:
-    # vf-eval -n: examples drawn from the eval split
+    # vf-eval -n: the first n rows of the env's eval split (>= 1; checked by grpo.evaluate.validate_eval)
     num_examples: int = 5
-    # vf-eval -r: rollouts per example
+    # vf-eval -r: rollouts per example (>= 1)
     rollouts_per_example: int = 3
+    # sampling of evaluation rollouts; temperature 0 = greedy
     temperature: float = 1.0
     top_p: float = 1.0
-    seed: int = 0
+    # seeds evaluation sampling (same seed -> same rollouts on the hf backend); null = unseeded
+    seed: Optional[int] = 0
     # print the per-example table (one column per rollout index)
     show_examples: bool = True
 

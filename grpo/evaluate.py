@@ -56,11 +56,11 @@ RESERVED_KEYS = (
 def validate_eval(cfg: Any) -> None:
     """Reject eval settings that cannot run: one line naming the field and the fix."""
     ev = cfg.eval
-    for key, flag in (("num_examples", "-n"), ("rollouts_per_example", "-r")):
-        value = ev.get(key) if hasattr(ev, "get") else getattr(ev, key)
+    for key, flag, default in (("num_examples", "-n", 5), ("rollouts_per_example", "-r", 3)):
+        value = _get(ev, key)
         if value is None or int(value) < 1:
             raise UserError(
-                f"eval.{key} must be >= 1 (vf-eval {flag}), got {value}: set eval.{key}=5 or more"
+                f"eval.{key} must be >= 1 (vf-eval {flag}), got {value}: set e.g. eval.{key}={default}"
             )
     temperature = float(ev.temperature)
     if temperature < 0 or not math.isfinite(temperature):
@@ -306,7 +306,7 @@ def evaluate(
         temperature=float(ev.temperature),
         top_p=float(ev.top_p),
         max_tokens_per_turn=int(cfg.generation.max_tokens_per_turn),
-        seed=None if ev.get("seed") is None else int(ev.seed),
+        seed=None if _get(ev, "seed") is None else int(ev.seed),
     )
     max_completion_tokens = int(cfg.trainer.max_completion_length)
     out_dir = Path(out_dir)
@@ -350,7 +350,9 @@ def evaluate(
         "results_file": RESULTS_FILE,
     }
     write_json_atomic(result.metadata_path, metadata)
-    print(format_report(result, _printable_header(header), show_examples=bool(ev.get("show_examples", True))))
+    print(
+        format_report(result, _printable_header(header), show_examples=bool(_get(ev, "show_examples", True)))
+    )
     sys.stdout.flush()
     return result
 

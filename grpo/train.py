@@ -421,7 +421,7 @@ def make_grpo_config(cfg: Any, output_dir: Path, reward_weights: Sequence[float]
 # ---- callbacks (transformers is imported only when training starts) -----------------------------
 
 
-def _callbacks(printer_header: str, log_every: int) -> tuple[Any, Any]:
+def _callbacks(printer_header: str) -> tuple[Any, Any]:
     from transformers import TrainerCallback
 
     class CheckpointMarker(TrainerCallback):
@@ -527,22 +527,28 @@ def _header(cfg: Any, env: Any, resume_from: Path | None) -> str:
     return text + (f" | from {resume_from}" if resume_from else "")
 
 
-def train(
+@dataclass
+class TrainerBundle:
+    """A GRPOTrainer ready to train, with what `train` needs around it."""
+
+    trainer: Any
+    rollout: EnvRolloutFunc
+    printer: Any
+    tokenizer: Any
+    resume_from: Path | None
+    output_dir: Path
+
+
+def build_trainer(
     cfg: Any,
     env: Any,
     run_dir: str | os.PathLike[str],
     *,
     model: Any = None,
     tokenizer: Any = None,
-    callbacks: Sequence[Any] | None = None,
-    tracker: Any = None,
-) -> TrainResult:
-    """Train the policy on `env` with GRPO; checkpoints go to <run_dir>/checkpoints.
-
-    `model`/`tokenizer`: an already loaded policy (e.g. from the baseline evaluation), else it is
-    loaded from cfg.model. `callbacks`: extra transformers TrainerCallbacks (tracking adds one);
-    `tracker`: used for its trainer_callback() when no callbacks are given. With cfg.resume set,
-    training continues from that run's latest complete checkpoint."""
+    callbacks: Sequence[Any] = (),
+) -> TrainerBundle:
+    """Validate the config, load the policy if not given, and build TRL's GRPOTrainer for `env`."""
     from grpo.config import validate
 
     validate(cfg)
@@ -571,12 +577,10 @@ def train(
     if _needs_model_path(cfg, peft_config):
         _ensure_loadable(model, tokenizer, cfg.model, run_dir)
 
+    from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
-    marker, printer = _callbacks(_header(cfg, env, resume_from), int(cfg.trainer.logging_steps))
-    extra = list(callbacks or [])
-    if not extra and tracker is not None and hasattr(tracker, "trainer_callback"):
-        extra = [tracker.trainer_callback()]
+    marker, printer = _callbacks(_header(cfg, env, resume_from))
     rollout = EnvRolloutFunc(env, index, tokenizer, cfg.generation, cfg.model)
     trainer = GRPOTrainer(
         model=model,
@@ -586,13 +590,35 @@ def train(
         processing_class=tokenizer,
         peft_config=peft_config,
         rollout_func=rollout,
-        callbacks=[marker, printer, *extra],
+        callbacks=[marker, printer, *callbacks],
     )
-    from transformers.trainer_callback import PrinterCallback
-
     trainer.remove_callback(PrinterCallback)  # ProgressPrinter prints a compact line instead
+    return TrainerBundle(trainer, rollout, printer, tokenizer, resume_from, output_dir)
+
+
+def train(
+    cfg: Any,
+    env: Any,
+    run_dir: str | os.PathLike[str],
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    callbacks: Sequence[Any] | None = None,
+    tracker: Any = None,
+) -> TrainResult:
+    """Train the policy on `env` with GRPO; checkpoints go to <run_dir>/checkpoints.
+
+    `model`/`tokenizer`: an already loaded policy (e.g. from the baseline evaluation), else it is
+    loaded from cfg.model. `callbacks`: extra transformers TrainerCallbacks (tracking adds one);
+    `tracker`: used for its trainer_callback() when no callbacks are given. With cfg.resume set,
+    training continues from that run's latest complete checkpoint."""
+    extra = list(callbacks or [])
+    if not extra and tracker is not None and hasattr(tracker, "trainer_callback"):
+        extra = [tracker.trainer_callback()]
+    bundle = build_trainer(cfg, env, run_dir, model=model, tokenizer=tokenizer, callbacks=extra)
+    trainer = bundle.trainer
     start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    trainer.train(resume_from_checkpoint=str(bundle.resume_from) if bundle.resume_from else None)
     seconds = time.perf_counter() - start
 
     if trainer.use_vllm:
@@ -602,14 +628,14 @@ def train(
 
         trainer.vllm_generation.sync_weights()
         use_trainer_engine(trainer.vllm_generation, trainer.eos_token_ids)
-    latest = next((c for c in checkpoints_of(output_dir) if is_complete_checkpoint(c)), None)
+    latest = next((c for c in checkpoints_of(bundle.output_dir) if is_complete_checkpoint(c)), None)
     return TrainResult(
         global_step=int(trainer.state.global_step),
-        metrics=dict(printer.last),
+        metrics=dict(bundle.printer.last),
         checkpoint_dir=latest,
         model=trainer.model,
-        tokenizer=tokenizer,
-        run_dir=run_dir,
+        tokenizer=bundle.tokenizer,
+        run_dir=Path(run_dir),
         seconds=seconds,
         log_history=list(trainer.state.log_history),
     )

@@ -189,6 +189,7 @@ def test_cli_negative_num_examples_is_one_line_exit_2(tmp_path: Path) -> None:
 # ---- end to end on the tiny model ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_evaluate_tiny_model_end_to_end(tmp_path: Path, tiny_alphabet, capsys) -> None:
     cfg, env, backend = tiny_alphabet
     extra = RewardFunc("ascii_share", ascii_share, 0.5)
@@ -252,6 +253,7 @@ def test_evaluate_tiny_model_end_to_end(tmp_path: Path, tiny_alphabet, capsys) -
     assert "per language" not in out  # a single language: no table printed
 
 
+@pytest.mark.slow
 def test_evaluate_is_deterministic_per_seed(tmp_path: Path, tiny_alphabet) -> None:
     cfg, env, backend = tiny_alphabet
 

@@ -26,10 +26,19 @@ def test_proportions_match_the_weights_for_1000_rows():
 
 
 def test_balance_upsamples_to_equal_shares():
-    cfg = compose(["+env=alphabet_sort", "language=mix", "language.members=[en,zh,sv,hi]", "language.balance=true"])
+    cfg = compose(
+        ["+env=alphabet_sort", "language=mix", "language.members=[en,zh,sv,hi]", "language.balance=true"]
+    )
     spec = spec_from_config(cfg.language)
-    assert Counter(sample_languages(random.Random(1), spec, 1000)) == {"en": 250, "zh": 250, "sv": 250, "hi": 250}
-    unbalanced = spec_from_config(compose(["+env=alphabet_sort", "language=mix", "language.members=[en,hi]"]).language)
+    assert Counter(sample_languages(random.Random(1), spec, 1000)) == {
+        "en": 250,
+        "zh": 250,
+        "sv": 250,
+        "hi": 250,
+    }
+    unbalanced = spec_from_config(
+        compose(["+env=alphabet_sort", "language=mix", "language.members=[en,hi]"]).language
+    )
     assert language_shares(unbalanced) == {"en": 0.8, "hi": 0.2}
 
 

@@ -100,7 +100,9 @@ def test_ru_full_names_agree_in_gender():
 
 def test_english_full_names_are_joined_without_space():
     names = draw_names(random.Random(0), 10, get_spec("en"), "full")
-    assert all(" " not in n.text and n.text[0].isupper() and any(c.isupper() for c in n.text[1:]) for n in names)
+    assert all(
+        " " not in n.text and n.text[0].isupper() and any(c.isupper() for c in n.text[1:]) for n in names
+    )
 
 
 def test_names_with_spaces_titles_or_foreign_script_are_filtered():

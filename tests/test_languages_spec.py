@@ -92,7 +92,11 @@ def _sv_dict() -> dict:
         (("collation_strength",), "strong", "collation_strength"),
         (("scripts",), ["Latin", "Klingon"], "Klingon"),
         (("consistency_weight",), -1.0, "consistency_weight"),
-        (("prompts", "alphabet_sort", "first_turn"), "Sortera: {names}\n\n{template}", "<alphabetical_sorted>"),
+        (
+            ("prompts", "alphabet_sort", "first_turn"),
+            "Sortera: {names}\n\n{template}",
+            "<alphabetical_sorted>",
+        ),
         (("prompts", "alphabet_sort", "follow_up"), "Nya namn: {names}", "// new name!"),
         (("prompts", "alphabet_sort", "placeholder"), "Namn{n}", "placeholder"),
         (("prompts", "arithmetic", "user"), "Beräkna: {expr}", "expression"),
@@ -151,7 +155,9 @@ def test_english_prompts_render_the_alphabet_sort_0_1_5_texts():
 def test_every_language_has_every_env_prompt(code):
     spec = get_spec(code)
     a = spec.prompts_for("alphabet_sort")
-    first = a["first_turn"].format(names=a["separator"].join(["X", "Y"]), template=a["placeholder"].format(i=1))
+    first = a["first_turn"].format(
+        names=a["separator"].join(["X", "Y"]), template=a["placeholder"].format(i=1)
+    )
     assert "<alphabetical_sorted>" in first and "X" in first
     assert "// new name!" in a["follow_up"] and "// new name!" in a["follow_up_by_family"]
     assert spec.prompt("arithmetic", "reference", expression="2 + 2", answer="4").count("\\boxed{4}") == 1

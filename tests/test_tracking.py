@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import shutil
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
-from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from grpo.cli import compose
 from grpo.errors import UserError
@@ -17,8 +17,22 @@ from grpo.evaluate import EvalResult
 from grpo.tracking import NullTracker, make_tracker
 from grpo.tracking.mlflow_tracker import RUN_FILE, eval_scores, render_messages, sample_table
 from grpo.tracking.params import config_params, safe_name, varied_overrides
-from grpo.tracking.store import metric_curve, tracking_uri, with_retry
-from grpo.tracking.trainer_callback import train_metrics
+from grpo.tracking.store import make_client, metric_curve, tracking_uri, with_retry
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory) -> Path:
+    """A migrated, empty MLflow SQLite file: copying it saves each test MLflow's table creation."""
+    db = tmp_path_factory.mktemp("template") / "mlflow.db"
+    make_client(f"sqlite:///{db}")
+    return db
+
+
+@pytest.fixture
+def root(tmp_path, empty_store) -> Path:
+    """An output root whose default store (mlflow.db) already has MLflow's tables."""
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
+    return tmp_path
 
 
 def _cfg(root: Path, *overrides: str):
@@ -63,6 +77,8 @@ def _eval_result(out: Path, label: str, scores: list[float]) -> EvalResult:
 
 
 def _train_log(callback, step: int, reward: float, kl: float) -> None:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
     state = TrainerState()
     state.global_step = step
     logs = {"loss": 0.5 / step, "reward": reward, "kl": kl, "rewards/alphabetical/mean": reward, "grad_norm": 1.0}
@@ -76,9 +92,9 @@ def _artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> se
     return found
 
 
-def test_run_logs_params_metrics_evals_artifacts_and_plots(tmp_path):
-    cfg = _cfg(tmp_path, "trainer.beta=0.04", "optimizer.lr=3e-6")
-    run_dir = tmp_path / "runs" / "r1"
+def test_run_logs_params_metrics_evals_artifacts_and_plots(root):
+    cfg = _cfg(root, "trainer.beta=0.04", "optimizer.lr=3e-6")
+    run_dir = root / "runs" / "r1"
     tracker = make_tracker(cfg, run_dir)
     with tracker:
         tracker.log_config(cfg)
@@ -90,19 +106,19 @@ def test_run_logs_params_metrics_evals_artifacts_and_plots(tmp_path):
         tracker.finish_run(0.6)
 
     # the default store: <output_root>/mlflow.db, artifacts next to it, one experiment per env
-    assert tracking_uri(cfg) == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert tracking_uri(cfg) == f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(tracking_uri(cfg))
     run = client.get_run(tracker.run_id)
     experiment = client.get_experiment(run.info.experiment_id)
     assert experiment.name == "grpo-alphabet_sort"
-    assert run.info.artifact_uri.startswith((tmp_path / "mlartifacts" / "grpo-alphabet_sort").as_uri())
+    assert run.info.artifact_uri.startswith((root / "mlartifacts" / "grpo-alphabet_sort").as_uri())
     assert run.info.status == "FINISHED"
     assert json.loads((run_dir / RUN_FILE).read_text())["run_id"] == tracker.run_id
 
     params = run.data.params
     assert params["cfg.trainer.beta"] == "0.04" and params["cfg.optimizer.lr"] == "3e-06"
     assert params["cfg.optimizer.betas"] == "[0.9, 0.99]"  # a list is one JSON value
-    assert params["cfg.env.name"] == "alphabet_sort" and params["cfg.output_root"] == str(tmp_path)
+    assert params["cfg.env.name"] == "alphabet_sort" and params["cfg.output_root"] == str(root)
     assert all(k.startswith("cfg.") for k in params) and not any(k.startswith("cfg.hydra") for k in params)
     assert params == config_params(cfg)
 
@@ -129,20 +145,20 @@ def test_run_logs_params_metrics_evals_artifacts_and_plots(tmp_path):
         "plots/train_curves.png",
         "plots/eval_by_function.png",
     }
-    local = Path(client.download_artifacts(tracker.run_id, "eval/final/samples.json", str(tmp_path / "dl")))
+    local = Path(client.download_artifacts(tracker.run_id, "eval/final/samples.json", str(root / "dl")))
     table = json.loads(local.read_text())
     rows = [dict(zip(table["columns"], row, strict=True)) for row in table["data"]]
     assert [(r["prompt"], r["completion"], r["reward"], r["alphabetical"]) for r in rows] == [
         ("sort 0 b a", "a b 0", 0.5, 0.5),
         ("sort 1 b a", "a b 1", 0.7, 0.7),
     ]
-    config_yaml = Path(client.download_artifacts(tracker.run_id, "config.yaml", str(tmp_path / "dl"))).read_text()
+    config_yaml = Path(client.download_artifacts(tracker.run_id, "config.yaml", str(root / "dl"))).read_text()
     assert "beta: 0.04" in config_yaml and "${" not in config_yaml  # resolved
 
 
-def test_an_exception_marks_the_run_failed_and_propagates(tmp_path):
-    cfg = _cfg(tmp_path)
-    tracker = make_tracker(cfg, tmp_path / "run")
+def test_an_exception_marks_the_run_failed_and_propagates(root):
+    cfg = _cfg(root)
+    tracker = make_tracker(cfg, root / "run")
     with pytest.raises(RuntimeError, match="loss is NaN"), tracker:
         tracker.log_config(cfg)
         _train_log(tracker.trainer_callback(), 1, 0.5, 0.0)
@@ -153,17 +169,17 @@ def test_an_exception_marks_the_run_failed_and_propagates(tmp_path):
     assert run.data.metrics["train/reward"] == 0.5  # what was logged before the failure stays
 
 
-def test_ctrl_c_marks_the_run_killed(tmp_path):
-    cfg = _cfg(tmp_path)
-    tracker = make_tracker(cfg, tmp_path / "run")
+def test_ctrl_c_marks_the_run_killed(root):
+    cfg = _cfg(root)
+    tracker = make_tracker(cfg, root / "run")
     with pytest.raises(KeyboardInterrupt), tracker:
         raise KeyboardInterrupt
     assert MlflowClient(tracking_uri(cfg)).get_run(tracker.run_id).info.status == "KILLED"
 
 
-def test_resume_continues_the_same_run(tmp_path):
-    first_dir = tmp_path / "runs" / "first"
-    cfg = _cfg(tmp_path, "trainer.max_steps=2")
+def test_resume_continues_the_same_run(root):
+    first_dir = root / "runs" / "first"
+    cfg = _cfg(root, "trainer.max_steps=2")
     first = make_tracker(cfg, first_dir)
     with pytest.raises(RuntimeError), first:  # the first run dies after two steps
         first.log_config(cfg)
@@ -172,8 +188,8 @@ def test_resume_continues_the_same_run(tmp_path):
         _train_log(callback, 2, 0.2, 0.0)
         raise RuntimeError("killed")
 
-    resumed_cfg = _cfg(tmp_path, "trainer.max_steps=4", f"resume={first_dir}")
-    second = make_tracker(resumed_cfg, tmp_path / "runs" / "second")
+    resumed_cfg = _cfg(root, "trainer.max_steps=4", f"resume={first_dir}")
+    second = make_tracker(resumed_cfg, root / "runs" / "second")
     with second:
         second.log_config(resumed_cfg)
         callback = second.trainer_callback()
@@ -221,6 +237,8 @@ def test_relative_sqlite_uri_is_made_absolute(tmp_path, monkeypatch):
 
 def test_train_metrics_names_and_values():
     import torch
+
+    from grpo.tracking.trainer_callback import train_metrics
 
     logs = {"loss": 1.5, "rewards/f/mean": torch.tensor(0.25), "train_runtime": 3.0, "note": "text", "x": None}
     assert train_metrics(logs) == {"train/loss": 1.5, "train/rewards/f/mean": 0.25, "train/summary/runtime": 3.0}
@@ -278,13 +296,13 @@ def test_parallel_writers_share_one_fresh_sqlite_store(tmp_path):
     uri = f"sqlite:///{tmp_path / 'fresh' / 'mlflow.db'}"
     ctx = multiprocessing.get_context("spawn")  # separate interpreters, like joblib's loky workers
     queue = ctx.Queue()
-    steps = 60
-    procs = [ctx.Process(target=_writer, args=(uri, "shared", w, steps, queue)) for w in range(3)]
+    steps = 40
+    procs = [ctx.Process(target=_writer, args=(uri, "shared", w, steps, queue)) for w in range(2)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=120)
-    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert [p.exitcode for p in procs] == [0, 0]
     run_ids = [queue.get(timeout=5) for _ in procs]
     client = MlflowClient(uri)
     for run_id in run_ids:

@@ -67,9 +67,9 @@ def turn_tag(turn: int) -> str:
     return FIRST_TAG if turn == 1 else COMBINED_TAG
 
 
-def turn_score(text: Any, tag: str, expected_text: str, power: float) -> float:
+def turn_score(text: Any, tag: str, expected: str, power: float) -> float:
     """Score of one assistant message: the last <tag> block's stripped, lower-cased, non-empty
-    lines against `expected_text` (expected lines prepared the same way, joined by newlines)."""
+    lines against `expected` (the expected lines prepared the same way, see `expected_text`)."""
     if not isinstance(text, str):
         return 0.0
     spans = tag_spans(text, tag)
@@ -79,10 +79,11 @@ def turn_score(text: Any, tag: str, expected_text: str, power: float) -> float:
     lines = [stripped.lower() for line in text[start:end].split("\n") if (stripped := line.strip())]
     if not lines:
         return 0.0
-    return similarity_ratio("\n".join(lines), expected_text) ** power
+    return similarity_ratio("\n".join(lines), expected) ** power
 
 
 def expected_text(lines: Sequence[str]) -> str:
+    """Expected answer lines as the scorer compares them: stripped, lower-cased, newline-joined."""
     return "\n".join(line.strip().lower() for line in lines)
 
 

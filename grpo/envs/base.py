@@ -3,9 +3,16 @@
 An environment is one file in grpo/envs/ plus one YAML in conf/env/ whose `_target_` names the
 class; there is no registry. It provides
   - `rows(split, n)`: deterministic dataset rows (prompt messages, info, language) from its seed;
-  - `env_response(messages, state)`: for multi-turn envs, the environment's next user turn, or
-    None when the episode is over (single-turn envs end after the first model turn);
+  - `env_response(messages, state, row)`: for multi-turn envs, the environment's next user turn
+    (a 1-element message list), or None when the episode is over (single-turn envs end after the
+    first model turn); `messages` is the whole conversation so far;
   - `rubric`: named, weighted reward functions over a finished rollout.
+
+Per-language prompt texts live in one small table per environment, read through `localized`
+(an unsupported language is a UserError); constructor arguments are checked with `int_arg` so a
+bad `env.<key>` override gives a one-line error. Helpers shared by environments: tag parsing that
+stays linear on any text (`tag_spans`, `last_tag_content`, `XMLParser`) and `similarity_ratio`,
+an exact, faster difflib ratio.
 
 Reward functions take keyword arguments `completion` (the assistant/user turns after the prompt),
 `info` (the row's ground truth), `state` (what `env_response` kept) and `prompt`, and return a

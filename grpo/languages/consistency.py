@@ -11,9 +11,10 @@ Counting:
 - A word of a script the language is not written in counts against it (English in a Chinese
   answer, kana in a Chinese answer, Cyrillic in a German one).
 - Latin-script languages (en de es fr sv) share their script, so Latin words are attributed by an
-  offline language identifier (fastText lid.176, grpo.languages.identify), sentence by sentence:
-  sentences shorter than MIN_ID_WORDS Latin words join the next one, and the identifier reads at
-  most MAX_ID_WORDS words of each (enough to tell a sentence's language, and it bounds the cost).
+  offline language identifier (grpo.languages.identify: function words, else fastText lid.176),
+  sentence by sentence: sentences shorter than MIN_ID_WORDS Latin words join the next one, and the
+  model reads at most MAX_ID_WORDS words of each (enough to tell a sentence's language, and it
+  bounds the cost).
 - Chinese: Han characters in a sentence that also has kana are Japanese, so they count against.
 The reward is target words / counted words, in [0, 1]. A text with no countable word (empty,
 whitespace, only tags, names or numbers, not a string) scores 0.0: silence is no evidence of
@@ -123,9 +124,9 @@ def _script_counts(text: str, scripts: tuple[str, ...]) -> tuple[int, int]:
 
 
 def _latin_counts(text: str, spec: LanguageSpec) -> tuple[int, int]:
-    """(target words, counted words) for a Latin-script language: Latin words count when the
-    language identifier puts their sentence in the language."""
-    from grpo.languages.identify import is_language
+    """(target words, counted words) for a Latin-script language: Latin words count when their
+    sentence is identified as the language."""
+    from grpo.languages.identify import words_in_language
 
     total = _other_words(text, ("Latin",))
     target = 0
@@ -137,13 +138,13 @@ def _latin_counts(text: str, spec: LanguageSpec) -> tuple[int, int]:
             continue
         buffer.extend(words)
         if len(buffer) >= MIN_ID_WORDS:
-            last = is_language(" ".join(buffer[:MAX_ID_WORDS]), spec.code)
+            last = words_in_language(buffer, spec.code, MAX_ID_WORDS)
             total += len(buffer)
             target += len(buffer) if last else 0
             buffer = []
     if buffer:  # a short tail goes with the sentence before it (or is identified alone)
         if last is None:
-            last = is_language(" ".join(buffer), spec.code)
+            last = words_in_language(buffer, spec.code, MAX_ID_WORDS)
         total += len(buffer)
         target += len(buffer) if last else 0
     return target, total

@@ -1,0 +1,84 @@
+"""Batched rollout engine vs one conversation at a time: multi-turn alphabet_sort rollouts per second.
+
+    python benchmarks/rollout_batching.py [--prompts 8] [--rollouts 8] [--max-tokens-per-turn 64]
+
+Both modes run the same engine, model (model=tiny), rows and sampling settings in this process;
+"batched" makes one generate() call per turn over every active conversation, "sequential" sets the
+hf backend's batch_size=1 (one generate() call per conversation per turn). The completion budget is
+large enough for every episode to play all its turns. Prints a table, then `ratio: X` (batched
+rollouts/s divided by sequential rollouts/s) as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--rollouts", type=int, default=8, help="rollouts per prompt")
+    parser.add_argument("--max-tokens-per-turn", type=int, default=64)
+    parser.add_argument("--max-completion-tokens", type=int, default=1024)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from grpo.cli import compose
+    from grpo.envs import build_env
+    from grpo.generation.hf import HFBackend
+    from grpo.models import load_policy
+    from grpo.rollout import Sampling, run_rollouts
+
+    cfg = compose(["+env=alphabet_sort"])
+    env = build_env(cfg.env)
+    model, tokenizer = load_policy(cfg.model)
+    rows = env.rows("eval", args.prompts)
+    sampling = Sampling(
+        temperature=1.0, top_p=1.0, max_tokens_per_turn=args.max_tokens_per_turn, seed=args.seed
+    )
+    modes = {
+        "batched": HFBackend(model, tokenizer, model_cfg=cfg.model),
+        "sequential": HFBackend(model, tokenizer, batch_size=1, model_cfg=cfg.model),
+    }
+
+    def run(backend: HFBackend, rows_: list, rollouts: int) -> tuple[float, list]:
+        start = time.perf_counter()
+        out = run_rollouts(
+            env,
+            rows_,
+            backend,
+            rollouts_per_row=rollouts,
+            sampling=sampling,
+            max_completion_tokens=args.max_completion_tokens,
+        )
+        return time.perf_counter() - start, out
+
+    for backend in modes.values():  # warm-up: first-call allocations and lazy initialisation
+        run(backend, rows[:1], 2)
+
+    results = {}
+    for name, backend in modes.items():
+        seconds, rollouts = run(backend, rows, args.rollouts)
+        turns = sum(r.num_turns for r in rollouts)
+        tokens = sum(sum(r.env_mask) for r in rollouts)
+        results[name] = (seconds, len(rollouts), turns, tokens)
+
+    print(
+        f"alphabet_sort, model=tiny, {args.prompts} prompts x {args.rollouts} rollouts, "
+        f"max_tokens_per_turn={args.max_tokens_per_turn}, max_completion_tokens={args.max_completion_tokens}"
+    )
+    print(f"{'mode':<12}{'seconds':>10}{'rollouts':>10}{'turns':>8}{'model tok':>11}{'rollouts/s':>12}")
+    for name, (seconds, n, turns, tokens) in results.items():
+        print(f"{name:<12}{seconds:>10.2f}{n:>10}{turns:>8}{tokens:>11}{n / seconds:>12.2f}")
+    batched, sequential = results["batched"], results["sequential"]
+    ratio = (batched[1] / batched[0]) / (sequential[1] / sequential[0])
+    print(f"ratio: {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,287 @@
+"""The reward model's backbone: building it for training, saving and loading a trained one.
+
+A reward model is an AutoModelForSequenceClassification that returns one scalar per sequence:
+- source=random: a Qwen3ForSequenceClassification with random weights built from
+  `backbone.architecture` and the built-in offline byte-level tokenizer (the CPU default);
+- source=pretrained: `backbone.path`, a hub id or local dir (a multilingual encoder such as
+  xlm-roberta, a causal LM such as Qwen3 that gets a new score head, or an existing seq-cls RM).
+
+Language conditioning (reward_model.conditioning):
+- tag_token: one added special token <lang:xx> per training language, put in front of every
+  sequence (the embedding is learned: effectively a language embedding);
+- per_language_heads: the backbone's head has one output per language and the row's language
+  picks it (LanguageHeadsRewardModel). TRL's RewardTrainer wants a model that returns one score
+  (config.num_labels == 1): the wrapper does, so TRL trains it unchanged.
+
+A trained RM dir holds the standard HF files (config.json, weights, tokenizer) of the inner
+sequence-classification model, so `AutoModelForSequenceClassification.from_pretrained(dir)` loads
+it anywhere, plus rm_meta.json (languages, conditioning, max length; written LAST, so a dir
+without it is incomplete) and rm_calibration.json (per-language score statistics).
+
+Heavy imports (torch, transformers) happen inside the functions and in `_heads_classes`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grpo.errors import UserError
+from grpo.reward_model import CALIBRATION_FILE, META_FILE, check_checkpoint_dir
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from grpo.reward_model.calibration import Calibration
+
+META_VERSION = 1
+FIELD = "reward_model.backbone"
+
+
+def lang_tag(code: str) -> str:
+    """The language tag token the RM sees in front of a sequence."""
+    return f"<lang:{code}>"
+
+
+@dataclass
+class RMMeta:
+    """What a trained RM dir needs besides the HF files (rm_meta.json)."""
+
+    # training languages, in head order for per_language_heads
+    languages: list[str]
+    tag_token: bool
+    per_language_heads: bool
+    # tokens of prompt + completion the RM reads (longer ones lose their middle)
+    max_length: int
+    # where the backbone came from: {name, source, path}
+    backbone: dict[str, Any] = field(default_factory=dict)
+    # extra kwargs of apply_chat_template (none for the tiny backbone)
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    version: int = META_VERSION
+
+    def save(self, out_dir: Path) -> Path:
+        path = out_dir / META_FILE
+        tmp = out_dir / f".{META_FILE}.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, out_dir: Path) -> RMMeta:
+        data = json.loads((out_dir / META_FILE).read_text(encoding="utf-8"))
+        if int(data.get("version", 0)) > META_VERSION:
+            raise UserError(
+                f"{out_dir}/{META_FILE} was written by a newer grpo (format {data['version']}); upgrade grpo"
+            )
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+# ---- the per-language heads wrapper (classes built on first use: transformers is heavy) ----------
+
+
+@functools.cache
+def _heads_classes() -> tuple[type, type]:
+    import torch
+    from transformers import PreTrainedConfig, PreTrainedModel
+    from transformers.modeling_outputs import SequenceClassifierOutput
+
+    class LanguageHeadsConfig(PreTrainedConfig):
+        model_type = "grpo_language_heads"
+
+        def __init__(self, languages: Sequence[str] = (), **kwargs: Any) -> None:
+            self.languages = list(languages)
+            kwargs["num_labels"] = 1  # one reward per sequence, whatever the number of heads
+            super().__init__(**kwargs)
+
+    class LanguageHeadsRewardModel(PreTrainedModel):
+        """A sequence-classification model with one output per language; the output of each
+        row's language (`language_ids`) is its reward. Trained by TRL's RewardTrainer as is."""
+
+        config_class = LanguageHeadsConfig
+        base_model_prefix = "backbone"
+        _supports_sdpa = True
+
+        def __init__(self, config: Any, backbone: Any) -> None:
+            super().__init__(config)
+            self.backbone = backbone
+            self.post_init()
+
+        def get_input_embeddings(self) -> Any:
+            return self.backbone.get_input_embeddings()
+
+        def forward(
+            self,
+            input_ids: torch.Tensor | None = None,
+            attention_mask: torch.Tensor | None = None,
+            language_ids: torch.Tensor | None = None,
+            **kwargs: Any,
+        ) -> Any:
+            if language_ids is None:
+                raise ValueError("per-language heads need `language_ids` (one per sequence)")
+            logits = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
+            picked = logits.gather(1, language_ids.to(logits.device).long().view(-1, 1))
+            return SequenceClassifierOutput(logits=picked)
+
+    return LanguageHeadsConfig, LanguageHeadsRewardModel
+
+
+def wrap_language_heads(backbone: PreTrainedModel, languages: Sequence[str]) -> PreTrainedModel:
+    config_cls, model_cls = _heads_classes()
+    config = config_cls(languages=languages, pad_token_id=backbone.config.pad_token_id)
+    return model_cls(config, backbone)
+
+
+def inner_model(model: Any) -> Any:
+    """The sequence-classification model inside a per-language heads wrapper (or the model)."""
+    _, model_cls = _heads_classes()
+    return model.backbone if isinstance(model, model_cls) else model
+
+
+# ---- building a backbone to train -------------------------------------------------------------
+
+
+def _get(cfg: Any, key: str, default: Any = None) -> Any:
+    from grpo.models.loading import _field
+
+    return _field(cfg, key, default)
+
+
+def build_backbone(
+    backbone_cfg: Any, languages: Sequence[str], tag_token: bool, per_language_heads: bool
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """(model, tokenizer) ready for RewardTrainer: the model returns one score per sequence."""
+    import torch
+
+    from grpo.models.loading import load_tokenizer, resolve_dtype
+
+    source = str(_get(backbone_cfg, "source", "random"))
+    num_labels = len(languages) if per_language_heads else 1
+    tokenizer = load_tokenizer(backbone_cfg, padding_side="right")
+    if tokenizer.pad_token is None:
+        raise UserError(f"{FIELD}: the tokenizer has neither a pad nor an eos token; set {FIELD}.tokenizer")
+    added = add_language_tags(tokenizer, languages) if tag_token else 0
+    dtype = resolve_dtype(backbone_cfg)
+    seed = int(_get(backbone_cfg, "seed", 0) or 0)
+    if source == "random":
+        from transformers import Qwen3ForSequenceClassification
+
+        from grpo.models.tiny import qwen3_config
+
+        arch = _get(backbone_cfg, "architecture")
+        if arch is not None and not isinstance(arch, dict):
+            raise UserError(f"{FIELD}.architecture must be a mapping of Qwen3Config fields")
+        config = qwen3_config(arch, tokenizer)
+        config.num_labels = num_labels
+        config.pad_token_id = tokenizer.pad_token_id
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = Qwen3ForSequenceClassification(config)
+        model = model.to(dtype=torch.float32 if dtype == "auto" else dtype)
+    elif source == "pretrained":
+        model = _load_pretrained(backbone_cfg, num_labels, dtype, seed)
+        if added:
+            model.resize_token_embeddings(len(tokenizer))
+        model.config.pad_token_id = tokenizer.pad_token_id
+    else:
+        raise UserError(f"{FIELD}.source={source!r} is not one of random, pretrained")
+    if per_language_heads:
+        model = wrap_language_heads(model, languages)
+    return model, tokenizer
+
+
+def add_language_tags(tokenizer: PreTrainedTokenizerBase, languages: Sequence[str]) -> int:
+    """Add <lang:xx> as single special tokens (never split, never merged with text)."""
+    from tokenizers import AddedToken
+
+    tags = [lang_tag(code) for code in languages]
+    return tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in tags], special_tokens=True)
+
+
+def _load_pretrained(backbone_cfg: Any, num_labels: int, dtype: Any, seed: int) -> PreTrainedModel:
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from grpo.models.loading import _check_source, _load_error
+
+    path = _get(backbone_cfg, "path")
+    if not path:
+        raise UserError(f"{FIELD}.path is required for source=pretrained: a hub id or a local dir")
+    path = str(path)
+    target = _check_source(f"{FIELD}.path", path, ("config.json",), "model")
+    try:
+        # the new score head is random: seed it so the same config gives the same start
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                target,
+                num_labels=num_labels,
+                # an existing one-output RM checkpoint gets a new head when heads are per language
+                ignore_mismatched_sizes=num_labels != 1,
+                dtype=dtype,
+                trust_remote_code=bool(_get(backbone_cfg, "trust_remote_code", False)),
+            )
+    except (OSError, ValueError) as exc:
+        raise _load_error(f"{FIELD}.path", path, exc) from exc
+    return model
+
+
+# ---- saving and loading a trained reward model ---------------------------------------------------
+
+
+def save_reward_model(model: Any, tokenizer: Any, meta: RMMeta, out_dir: str | os.PathLike[str]) -> Path:
+    """Write the HF files of the inner model and the tokenizer, then rm_meta.json (last)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / META_FILE).unlink(missing_ok=True)  # the dir is incomplete until the new meta lands
+    inner_model(model).save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    meta.save(out)
+    return out
+
+
+@dataclass
+class LoadedRewardModel:
+    """A trained reward model ready to score: model (eval mode), tokenizer, meta, calibration."""
+
+    path: Path
+    model: Any
+    tokenizer: Any
+    meta: RMMeta
+    calibration: Calibration | None
+
+
+def load_reward_model(
+    path: str | os.PathLike[str], field_name: str = "reward_model.checkpoints", device: Any = None
+) -> LoadedRewardModel:
+    """Load a reward model dir written by the reward_model stage; one-line UserError if unusable."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from grpo.reward_model.calibration import Calibration
+
+    root = check_checkpoint_dir(path, field_name)
+    try:
+        meta = RMMeta.load(root)
+    except (ValueError, TypeError, KeyError) as ex:
+        raise UserError(f"{field_name}={path}: {META_FILE} is unreadable ({ex}); train the RM again") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(root))
+        model = AutoModelForSequenceClassification.from_pretrained(str(root))
+    except (OSError, ValueError) as ex:
+        first = str(ex).strip().splitlines()[0] if str(ex).strip() else type(ex).__name__
+        raise UserError(f"{field_name}={path}: cannot load the reward model ({first})") from None
+    tokenizer.padding_side = "right"
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if meta.per_language_heads:
+        model = wrap_language_heads(model, meta.languages)
+    if device is not None:
+        model = model.to(device)
+    calibration = Calibration.load(root / CALIBRATION_FILE) if (root / CALIBRATION_FILE).is_file() else None
+    return LoadedRewardModel(path=root, model=model.eval(), tokenizer=tokenizer, meta=meta, calibration=calibration)

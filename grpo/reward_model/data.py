@@ -1,0 +1,209 @@
+"""Preference data: JSONL rows {"prompt", "chosen", "rejected", "language"}, validated as a whole.
+
+A row's prompt (or `instruction`, accepted as the prompt) is a string or a list of chat messages
+{role, content}; chosen and rejected are strings (one assistant turn) or message lists (a whole,
+possibly multi-turn, completion). Extra keys are kept as metadata. Strings are turned into
+messages here, so the reward model renders every pair and every GRPO completion the same way
+(through the chat template).
+
+Loading checks every line before anything trains and reports ALL bad rows (by file and line
+number: bad JSON, missing key, empty text, malformed messages, unknown language) in one UserError
+line, capped at MAX_REPORTED. Light module: no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo.errors import UserError
+
+Message = dict[str, str]
+Messages = list[Message]
+
+FIELD = "reward_model.data.path"
+ROLES = ("system", "user", "assistant", "tool")
+# bad rows listed in the error line; the rest are counted
+MAX_REPORTED = 10
+
+
+@dataclass
+class PreferencePair:
+    """One preference: `chosen` is the better completion of `prompt` than `rejected`."""
+
+    prompt: Messages
+    chosen: Messages
+    rejected: Messages
+    language: str
+    # any other keys of the row (synthetic pairs: source, corruption, severity)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt": self.prompt,
+            "chosen": self.chosen,
+            "rejected": self.rejected,
+            "language": self.language,
+            **self.meta,
+        }
+
+
+def as_messages(value: Any, role: str) -> Messages:
+    """A string as a one-message conversation with `role`; a message list as plain dicts."""
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    return [{"role": str(m["role"]), "content": str(m["content"])} for m in value]
+
+
+def _text_problem(value: Any, key: str) -> str | None:
+    """Why `value` is not a usable prompt / completion, or None."""
+    if isinstance(value, str):
+        return f"empty '{key}'" if not value.strip() else None
+    if not isinstance(value, list):
+        return f"'{key}' must be a string or a list of {{role, content}} messages, got {type(value).__name__}"
+    if not value:
+        return f"empty '{key}'"
+    for j, m in enumerate(value):
+        if (
+            not isinstance(m, dict)
+            or not isinstance(m.get("role"), str)
+            or not isinstance(m.get("content"), str)
+        ):
+            return f"'{key}'[{j}] must be a {{role, content}} message with string values"
+        if m["role"] not in ROLES:
+            return f"'{key}'[{j}] has role {m['role']!r} (use one of {', '.join(ROLES)})"
+    if not any(m["content"].strip() for m in value):
+        return f"empty '{key}'"
+    return None
+
+
+def parse_row(row: Any, known_languages: Sequence[str]) -> tuple[PreferencePair | None, list[str]]:
+    """A validated pair, or None and every problem of the row."""
+    if not isinstance(row, dict):
+        return None, [f"expected a JSON object, got {type(row).__name__}"]
+    problems: list[str] = []
+    prompt_key = "prompt" if "prompt" in row else "instruction" if "instruction" in row else None
+    if prompt_key is None:
+        problems.append("missing 'prompt' (or 'instruction')")
+    elif problem := _text_problem(row[prompt_key], prompt_key):
+        problems.append(problem)
+    for key in ("chosen", "rejected"):
+        if key not in row:
+            problems.append(f"missing '{key}'")
+        elif problem := _text_problem(row[key], key):
+            problems.append(problem)
+    language = row.get("language")
+    if "language" not in row:
+        problems.append("missing 'language'")
+    elif not isinstance(language, str) or language not in known_languages:
+        problems.append(f"unknown language {language!r}")
+    if not problems and row["chosen"] == row["rejected"]:
+        problems.append("'chosen' and 'rejected' are identical")
+    if problems:
+        return None, problems
+    assert prompt_key is not None
+    meta = {
+        k: v for k, v in row.items() if k not in ("prompt", "instruction", "chosen", "rejected", "language")
+    }
+    return (
+        PreferencePair(
+            prompt=as_messages(row[prompt_key], "user"),
+            chosen=as_messages(row["chosen"], "assistant"),
+            rejected=as_messages(row["rejected"], "assistant"),
+            language=str(language),
+            meta=meta,
+        ),
+        [],
+    )
+
+
+def jsonl_files(path: str | Path) -> list[Path]:
+    """The file itself, or the *.jsonl files of a directory (sorted)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix == ".jsonl")
+        if not files:
+            raise UserError(f"{FIELD}={path}: the directory has no *.jsonl files")
+        return files
+    if not p.is_file():
+        raise UserError(f"{FIELD}={path}: no such file or directory")
+    return [p]
+
+
+def load_pairs(path: str | Path, known_languages: Sequence[str] | None = None) -> list[PreferencePair]:
+    """Every pair of a JSONL file (or dir of them); one UserError listing all bad rows otherwise."""
+    if known_languages is None:
+        from grpo.languages.spec import available_languages
+
+        known_languages = available_languages()
+    files = jsonl_files(path)
+    pairs: list[PreferencePair] = []
+    bad: list[str] = []  # "line N: problem, problem" (prefixed by the file name when several)
+    for file in files:
+        prefix = f"{file.name}: " if len(files) > 1 else ""
+        try:
+            lines = file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as ex:
+            raise UserError(f"{FIELD} {file}: cannot read it ({ex})") from None
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as ex:
+                bad.append(f"{prefix}line {number}: bad JSON ({ex.msg} at column {ex.colno})")
+                continue
+            pair, problems = parse_row(row, known_languages)
+            if problems:
+                bad.append(f"{prefix}line {number}: {', '.join(problems)}")
+            elif pair is not None:
+                pairs.append(pair)
+    where = files[0] if len(files) == 1 else Path(path)
+    if bad:
+        shown = "; ".join(bad[:MAX_REPORTED])
+        more = f"; ... and {len(bad) - MAX_REPORTED} more" if len(bad) > MAX_REPORTED else ""
+        hint = f" (languages: {', '.join(known_languages)})" if "unknown language" in shown else ""
+        raise UserError(f"{FIELD} {where}: {len(bad)} bad row(s), nothing was trained: {shown}{more}{hint}")
+    if not pairs:
+        raise UserError(f"{FIELD} {where}: no preference rows (one JSON object per line)")
+    return pairs
+
+
+def write_pairs(path: str | Path, pairs: Iterable[PreferencePair]) -> Path:
+    """Write pairs as JSONL (UTF-8, one row per line), atomically: a reader never sees half a file."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for pair in pairs:
+            fh.write(json.dumps(pair.to_json(), ensure_ascii=False) + "\n")
+    tmp.replace(out)
+    return out
+
+
+def split_heldout(
+    pairs: Sequence[PreferencePair], fraction: float, seed: int
+) -> tuple[list[PreferencePair], list[PreferencePair]]:
+    """(train, held-out), stratified by language: each language with >= 2 pairs gets at least one
+    held-out pair and keeps at least one training pair. Deterministic for a seed."""
+    by_language: dict[str, list[PreferencePair]] = {}
+    for pair in pairs:
+        by_language.setdefault(pair.language, []).append(pair)
+    train: list[PreferencePair] = []
+    heldout: list[PreferencePair] = []
+    for language in sorted(by_language):
+        group = list(by_language[language])
+        random.Random(f"rm-split:{seed}:{language}").shuffle(group)
+        n_out = min(len(group) - 1, max(1, round(fraction * len(group)))) if len(group) >= 2 else 0
+        heldout.extend(group[:n_out])
+        train.extend(group[n_out:])
+    random.Random(f"rm-order:{seed}").shuffle(train)
+    return train, heldout
+
+
+def languages_of(pairs: Iterable[PreferencePair]) -> list[str]:
+    return sorted({p.language for p in pairs})

@@ -1,0 +1,347 @@
+"""GRPO training through TRL's GRPOTrainer on the real tiny model: config mapping, presets and the
+Qwen3 recipe, multi-turn training with the env mask, reward wiring, LoRA / reference model, and a
+short run of every loss preset."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from grpo.cli import compose
+from grpo.envs import build_env
+from grpo.envs.base import Row, Rubric, RewardFunc, assistant_turns
+from grpo.envs.char_target import CharTargetEnv
+from grpo.errors import UserError
+from grpo.models import load_policy, render_chat
+from grpo.train import (
+    EnvRolloutFunc,
+    PromptIndex,
+    build_trainer,
+    grpo_config_kwargs,
+    make_grpo_config,
+    train,
+)
+
+# a few quick steps: 2 prompts x 4 completions per step, short completions
+SMALL = [
+    "stages=[train]",
+    "trainer.num_generations=4",
+    "trainer.per_device_batch_completions=8",
+    "trainer.max_steps=1",
+    "trainer.save_steps=1000",
+    "trainer.beta=0",
+    "trainer.max_completion_length=16",
+    "generation.max_tokens_per_turn=16",
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # The tiny model's ops are too small for intra-op threads to pay off; on a shared 2-core
+    # machine one thread is several times faster.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def small_cfg(env: str, *overrides: str):
+    return compose([f"+env={env}", *SMALL, *overrides])
+
+
+class LogCapture(TrainerCallback):
+    """Keeps every log dict TRL emits (training metrics per logging step)."""
+
+    def __init__(self):
+        self.logs: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "reward" in logs:
+            self.logs.append({"step": state.global_step, **logs})
+
+
+# ---- config -> TRL ----------------------------------------------------------------------------
+
+
+def test_config_maps_onto_grpo_config(tmp_path):
+    cfg = compose(
+        [
+            "+env=alphabet_sort",
+            "trainer=dapo",
+            "optimizer=sgd",
+            "optimizer.warmup=0.1",
+            "trainer.num_generations=8",
+            "trainer.per_device_batch_completions=16",
+            "trainer.gradient_accumulation_steps=2",
+            "+trainer.extra.top_entropy_quantile=0.5",
+        ]
+    )
+    kwargs = grpo_config_kwargs(cfg, tmp_path, [1.0, 0.5])
+    assert kwargs["per_device_train_batch_size"] == 16  # completions, as TRL counts them
+    assert kwargs["optim"] == "sgd" and kwargs["optim_args"] == "momentum=0.9"
+    assert kwargs["warmup_steps"] == 0.1 and kwargs["lr_scheduler_type"] == "constant_with_warmup"
+    assert kwargs["top_entropy_quantile"] == 0.5 and kwargs["reward_weights"] == [1.0, 0.5]
+    args = make_grpo_config(cfg, tmp_path, [1.0, 0.5])
+    assert (args.loss_type, args.epsilon_high, args.beta, args.mask_truncated_completions) == ("dapo", 0.28, 0.0, True)
+    # one generation per optimizer step, made of whole groups
+    assert args.steps_per_generation == 2 and args.generation_batch_size == 32
+    assert args.bf16 is False and args.activation_checkpointing is False and args.use_vllm is False
+
+    bad = compose(["+env=alphabet_sort", "+trainer.extra.not_a_field=1"])
+    with pytest.raises(UserError, match="trainer.extra: not_a_field is not a trl.GRPOConfig field"):
+        make_grpo_config(bad, tmp_path, [1.0])
+
+
+def test_presets_differ_only_where_the_papers_differ():
+    trainers = {name: dict(compose(["+env=alphabet_sort", f"trainer={name}"]).trainer) for name in ("grpo", "dr_grpo", "dapo")}
+    base = trainers["grpo"]
+    assert (base["loss_type"], base["scale_rewards"], base["beta"]) == ("grpo", "group", 0.04)
+
+    def changed(name):
+        return {k: v for k, v in trainers[name].items() if base[k] != v}
+
+    assert changed("dr_grpo") == {"name": "dr_grpo", "loss_type": "dr_grpo", "scale_rewards": "none", "beta": 0.0}
+    assert changed("dapo") == {
+        "name": "dapo",
+        "loss_type": "dapo",
+        "epsilon_high": 0.28,
+        "beta": 0.0,
+        "mask_truncated_completions": True,
+    }
+
+
+def test_qwen3_recipe():
+    cfg = compose(["+env=alphabet_sort", "model=qwen3_0_6b"])
+    t, o = cfg.trainer, cfg.optimizer
+    assert cfg.model.path == "Qwen/Qwen3-0.6B" and cfg.model.dtype == "bfloat16"
+    assert t.num_generations == 8 and t.per_device_batch_completions == 8 * 8 and t.gradient_accumulation_steps == 8
+    assert (t.max_steps, t.logging_steps, t.save_steps, t.bf16) == (1000, 1, 100, True)
+    assert (o.lr, o.lr_scheduler) == (1e-6, "constant_with_warmup")
+    assert cfg.generation.backend == "vllm_colocate"
+    # the algorithm preset and the command line still win
+    cfg = compose(["+env=alphabet_sort", "model=qwen3_0_6b", "trainer=dapo", "generation=hf", "optimizer.lr=3e-6"])
+    assert (cfg.trainer.loss_type, cfg.trainer.per_device_batch_completions) == ("dapo", 64)
+    assert (cfg.generation.backend, cfg.optimizer.lr) == ("hf", 3e-6)
+
+
+def test_prompt_index_maps_prompts_back_to_rows():
+    rows = [
+        Row(0, [{"role": "user", "content": "a"}], {"k": 0}),
+        Row(1, [{"role": "user", "content": "b"}], {"k": 1}),
+        Row(2, [{"role": "user", "content": "a"}], {"k": 2}),
+    ]
+    index = PromptIndex(rows)
+    assert index.ambiguous == 2
+    # Arrow adds None-valued keys to messages that lack a key another message has
+    assert index.row_for([{"role": "user", "content": "b", "name": None}]).id == 1
+    # rows sharing a prompt are taken in turn
+    assert [index.row_for([{"role": "user", "content": "a"}]).id for _ in range(3)] == [0, 2, 0]
+
+
+# ---- multi-turn training ------------------------------------------------------------------------
+
+
+def test_multiturn_alphabet_sort_trains_and_masks_environment_tokens(tmp_path):
+    cfg = small_cfg(
+        "alphabet_sort",
+        "env.min_turns=2",
+        "trainer.max_steps=2",
+        "trainer.max_completion_length=192",
+        "generation.max_tokens_per_turn=12",
+    )
+    env = build_env(cfg.env)
+    logs = LogCapture()
+    bundle = build_trainer(cfg, env, tmp_path, callbacks=[logs])
+    bundle.trainer.train()
+    assert bundle.trainer.state.global_step == 2
+    assert [log["step"] for log in logs.logs] == [1, 2]
+
+    rollouts = bundle.rollout.last_rollouts  # the batch of step 2
+    assert len(rollouts) == 8
+    # TRL counts completion length over model tokens only (the env mask is its tool mask)
+    model_tokens = [sum(r.env_mask) for r in rollouts]
+    assert logs.logs[-1]["completions/mean_length"] == pytest.approx(sum(model_tokens) / len(model_tokens))
+    assert sum(model_tokens) < sum(len(r.completion_ids) for r in rollouts)
+
+    # token by token on one multi-turn rollout: mask-1 spans are the model's turns, mask-0 spans
+    # exactly the text the chat template puts between them (end of turn, user turn, next prompt)
+    rollout = next(r for r in rollouts if r.num_turns >= 2 and not r.truncated)
+    tokenizer, model_cfg = bundle.tokenizer, cfg.model
+    spans: list[tuple[int, list[int]]] = []
+    for tok, mask in zip(rollout.completion_ids, rollout.env_mask, strict=True):
+        if spans and spans[-1][0] == mask:
+            spans[-1][1].append(tok)
+        else:
+            spans.append((mask, [tok]))
+    assert [m for m, _ in spans] == [1, 0] * (rollout.num_turns - 1) + [1]
+    messages = list(rollout.row.prompt)
+    seen = list(rollout.prompt_ids)
+    assistant = iter(assistant_turns(rollout.completion))
+    others = iter(m for m in rollout.completion if m["role"] != "assistant")
+    for mask, ids in spans:
+        seen += ids
+        if mask == 1:
+            text = next(assistant)
+            assert tokenizer.decode(ids, skip_special_tokens=True) == text
+            messages.append({"role": "assistant", "content": text})
+        else:
+            messages.append(next(others))
+            rendered = render_chat(tokenizer, messages, model_cfg, add_generation_prompt=True)
+            assert tokenizer.decode(seen, skip_special_tokens=False) == rendered
+
+
+# ---- reward wiring ------------------------------------------------------------------------------
+
+
+def _text(completion) -> str:
+    turns = assistant_turns(completion)
+    return turns[-1] if turns else ""
+
+
+def even_length(completion=None, **_):
+    return float(len(_text(completion)) % 2 == 0)
+
+
+def only_even_rows(completion=None, info=None, **_):
+    """Applies to even rows only: None (not applicable) for odd ones."""
+    if info["row"] % 2:
+        return None
+    return min(1.0, len(_text(completion)) / 40)
+
+
+class WiredEnv(CharTargetEnv):
+    """char_target with two more reward functions, one of them not applicable to odd rows."""
+
+    name = "wired"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.rubric = Rubric(
+            [
+                RewardFunc("target_char_fraction", self._fraction, 1.0),
+                RewardFunc("even_length", even_length, 0.5),
+                RewardFunc("only_even_rows", only_even_rows, 2.0),
+            ]
+        )
+
+    def make_row(self, rng, index, split):
+        row = super().make_row(rng, index, split)
+        row.info["row"] = index
+        return row
+
+
+def test_reward_functions_reach_trl_named_and_weighted(tmp_path):
+    cfg = small_cfg(
+        "char_target", "trainer.per_device_batch_completions=16", "trainer.log_completions=true", "trainer.max_steps=1"
+    )
+    env = WiredEnv(num_train_examples=64, num_eval_examples=4)
+    logs = LogCapture()
+    bundle = build_trainer(cfg, env, tmp_path, callbacks=[logs])
+    assert bundle.trainer.reward_func_names == ["target_char_fraction", "even_length", "only_even_rows"]
+    assert bundle.trainer.reward_weights.tolist() == [1.0, 0.5, 2.0]
+    bundle.trainer.train()
+    (log,) = logs.logs
+
+    table = pd.read_parquet(tmp_path / "checkpoints" / "completions" / "completions_00001.parquet")
+    assert len(table) == 16
+    rows = {row.id: row for row in env.rows("train")}
+    infos = [r.row.info for r in bundle.rollout.last_rollouts]
+    assert {i["row"] % 2 for i in infos} == {0, 1}, "the batch should mix rows the function applies to and not"
+    for (_, logged), info in zip(table.iterrows(), infos, strict=True):
+        completion = list(logged["completion"])
+        assert rows[info["row"]].info == info
+        assert logged["target_char_fraction"] == pytest.approx(env._fraction(completion=completion, info=info))
+        assert logged["even_length"] == even_length(completion=completion)
+        expected = only_even_rows(completion=completion, info=info)
+        if expected is None:
+            assert math.isnan(logged["only_even_rows"])  # TRL: None -> NaN, left out below
+        else:
+            assert logged["only_even_rows"] == pytest.approx(expected)
+
+    for name in ("target_char_fraction", "even_length", "only_even_rows"):
+        assert log[f"rewards/{name}/mean"] == pytest.approx(table[name].mean(skipna=True), abs=1e-6)
+    total = (
+        1.0 * table["target_char_fraction"] + 0.5 * table["even_length"] + 2.0 * table["only_even_rows"].fillna(0.0)
+    )
+    assert log["reward"] == pytest.approx(total.mean(), abs=1e-6)
+
+
+# ---- reference model, LoRA, loss presets --------------------------------------------------------
+
+
+def test_beta_builds_a_frozen_reference_copy(tmp_path):
+    cfg = small_cfg("char_target", "trainer.beta=0.04", "trainer.max_steps=2", "optimizer.lr=1e-2")
+    model, tokenizer = load_policy(cfg.model)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    logs = LogCapture()
+    bundle = build_trainer(cfg, build_env(cfg.env), tmp_path, model=model, tokenizer=tokenizer, callbacks=[logs])
+    trainer = bundle.trainer
+    assert trainer.ref_model is not None and trainer.ref_model is not trainer.model
+    # a random-weight policy is saved first so TRL can load the reference copy from disk
+    assert (tmp_path / "initial_model" / "config.json").is_file()
+    trainer.train()
+    ref = trainer.ref_model.state_dict()
+    assert all(torch.equal(ref[k], initial[k]) for k in initial)
+    assert not all(torch.equal(trainer.model.state_dict()[k], initial[k]) for k in initial)
+    assert logs.logs[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # step 1: policy == reference
+    assert logs.logs[1]["kl"] > 0
+
+
+def test_lora_reference_is_the_adapter_disabled_base(tmp_path):
+    from peft import PeftModel
+
+    cfg = small_cfg(
+        "char_target",
+        "model.lora.enabled=true",
+        "model.lora.r=4",
+        "model.lora.alpha=8",
+        "trainer.beta=0.04",
+        "trainer.max_steps=2",
+        "optimizer.lr=5e-2",
+    )
+    model, tokenizer = load_policy(cfg.model)
+    base = {k: v.clone() for k, v in model.state_dict().items()}
+    logs = LogCapture()
+    bundle = build_trainer(cfg, build_env(cfg.env), tmp_path, model=model, tokenizer=tokenizer, callbacks=[logs])
+    trainer = bundle.trainer
+    assert isinstance(trainer.model, PeftModel)
+    assert trainer.ref_model is None  # no second copy: the reference is the policy, adapters off
+    assert list(trainer.model.peft_config) == ["default"]
+    assert not (tmp_path / "initial_model").exists()
+    trainable = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    trainer.train()
+    result_base = trainer.model.get_base_model().state_dict()
+    for key, value in base.items():  # the base weights never change under LoRA
+        lora_key = next(k for k in result_base if k.endswith(key) or k.replace(".base_layer", "") == key)
+        assert torch.equal(result_base[lora_key], value)
+    assert logs.logs[1]["kl"] > 0  # the adapter moved the policy away from the base
+
+
+@pytest.mark.parametrize(
+    ("override", "loss_type"),
+    [("trainer=dr_grpo", "dr_grpo"), ("trainer=dapo", "dapo"), ("trainer.loss_type=bnpo", "bnpo")],
+)
+def test_each_loss_type_trains_a_step(override, loss_type, tmp_path):
+    cfg = small_cfg("char_target", override, "trainer.beta=0")
+    logs = LogCapture()
+    result = train(cfg, build_env(cfg.env), tmp_path, callbacks=[logs])
+    assert result.global_step == 1
+    assert math.isfinite(logs.logs[0]["loss"])
+    assert result.checkpoint_dir == Path(tmp_path) / "checkpoints" / "checkpoint-1"  # the final save
+
+
+def test_rollout_func_rejects_misaligned_groups():
+    env = CharTargetEnv(num_train_examples=4, num_eval_examples=1)
+    rows = env.rows("train")
+    func = EnvRolloutFunc(env, PromptIndex(rows), tokenizer=None, gen_cfg=compose(["+env=char_target"]).generation, model_cfg=None)
+    assert [r.id for r in func._rows([rows[0].prompt] * 2 + [rows[1].prompt] * 2, 2)] == [0, 1]
+    with pytest.raises(RuntimeError, match="not a multiple of the group size"):
+        func._rows([rows[0].prompt] * 3, 2)
+    with pytest.raises(RuntimeError, match="group whose prompts differ"):
+        func._rows([rows[0].prompt, rows[1].prompt], 2)

@@ -1,0 +1,153 @@
+"""Cross-field rules of grpo.config.validate: each bad combination stops `python -m grpo` with one
+line naming the field, exit code 2, before any model is loaded."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo import __main__ as entry
+from grpo.cli import compose
+from grpo.config import LR_SCHEDULERS, validate
+from grpo.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+
+# (overrides after +env=..., text the one-line error must contain)
+RULES = [
+    (["trainer.num_generations=1"], "trainer.num_generations=1: GRPO needs a group of at least 2"),
+    (["trainer.per_device_batch_completions=6"], "per_device_batch_completions=6 is not a multiple of"),
+    (["trainer.num_generations=8", "trainer.per_device_batch_completions=12"], "set it to 8 or 16"),
+    (["trainer.max_steps=0"], "trainer.max_steps=0 must be >= 1"),
+    (["trainer.gradient_accumulation_steps=0"], "trainer.gradient_accumulation_steps=0 must be >= 1"),
+    (["trainer.save_total_limit=0"], "trainer.save_total_limit=0 must be >= 1 or null"),
+    (["trainer.loss_type=ppo"], "trainer.loss_type='ppo' is not one of grpo, dr_grpo, dapo, bnpo"),
+    (["trainer.scale_rewards=std"], "trainer.scale_rewards='std' is not one of group, batch, none"),
+    (["trainer.beta=-0.1"], "trainer.beta=-0.1 must be >= 0"),
+    (["trainer.epsilon=0"], "trainer.epsilon=0.0 must be > 0"),
+    (["trainer.epsilon_high=0.1"], "trainer.epsilon_high=0.1 is below trainer.epsilon=0.2"),
+    (["trainer.temperature=0"], "trainer.temperature=0.0 must be > 0"),
+    (["trainer.top_p=1.5"], "trainer.top_p=1.5 must be in (0, 1]"),
+    # alphabet_sort has max_turns 3: 3 x 16 tokens at least
+    (["trainer.max_completion_length=40"], "for env.max_turns=3 (it covers all turns): set trainer.max_completion_length >= 48"),
+    (["trainer.beta=0", "+trainer.extra.sync_ref_model=true"], "sync_ref_model=true has no reference model"),
+    (
+        ["model.lora.enabled=true", "model.lora.target_modules=[q_proj,lm_head]"],
+        "model.lora.target_modules contains lm_head",
+    ),
+    (["model.lora.enabled=true", "model.lora.r=0"], "model.lora.r=0 and model.lora.alpha=32 must be positive"),
+    (
+        ["model.lora.enabled=true", "trainer.beta=0.04", "+trainer.extra.sync_ref_model=true"],
+        "sync_ref_model=true does not work with model.lora.enabled=true",
+    ),
+    (["optimizer.name=lion"], "optimizer.name='lion' is not one of adamw, sgd, adafactor, adamw_8bit"),
+    (["optimizer=adamw_8bit"], "optimizer=adamw_8bit needs a CUDA GPU"),
+    (["optimizer.lr=-1"], "optimizer.lr=-1.0 must be >= 0"),
+    (["optimizer.betas=[0.9]"], "optimizer.betas=[0.9] must be two numbers in [0, 1)"),
+    (["optimizer.lr_scheduler=exponential"], "optimizer.lr_scheduler='exponential' is not one of"),
+    (["optimizer.warmup=-1"], "optimizer.warmup=-1.0 must be >= 0"),
+    (["generation=vllm_colocate"], "generation=vllm_colocate needs vLLM: pip install 'grpo[vllm]' on a GPU machine"),
+    (["generation=vllm_server"], "generation=vllm_server needs vLLM: pip install 'grpo[vllm]'"),
+    (["generation=openai", "generation.model=m"], "generation=openai is evaluation only"),
+    (["resume=/nonexistent/run"], "resume=/nonexistent/run: no such directory"),
+    (["resume=/tmp", "stages=[eval]"], "resume=/tmp needs the train stage"),
+]
+
+
+def _needs_cpu_only(overrides: list[str]) -> None:
+    if "optimizer=adamw_8bit" in overrides and (
+        os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
+    ):
+        pytest.skip("a CUDA GPU is visible: adamw_8bit is allowed here")
+    if any(o.startswith("generation=vllm") for o in overrides):
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is not None:
+            pytest.skip("vLLM is installed: the vLLM backends are allowed here")
+
+
+@pytest.mark.parametrize(("overrides", "expected"), RULES, ids=[" ".join(o) for o, _ in RULES])
+def test_rule_stops_the_cli_with_one_line(overrides, expected, capsys, monkeypatch):
+    """Through the entry point's own code (`main()` as `python -m grpo` runs it), in process."""
+    _needs_cpu_only(overrides)
+    monkeypatch.setattr(sys, "argv", ["grpo", "+env=alphabet_sort", *overrides])
+    with pytest.raises(SystemExit) as exit_info:
+        entry.main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert expected in lines[0], lines[0]
+
+
+def test_resume_without_a_complete_checkpoint(tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "checkpoint-3").mkdir(parents=True)  # a save that never finished
+    (run / "checkpoints" / "checkpoint-3" / "config.json").write_text("{}")
+    monkeypatch.setattr(sys, "argv", ["grpo", "+env=alphabet_sort", f"resume={run}"])
+    with pytest.raises(SystemExit) as exit_info:
+        entry.main()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert f"resume={run}: no complete checkpoint under {run / 'checkpoints'} (1 incomplete skipped)" in err
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["trainer.per_device_batch_completions=6"],
+        ["trainer.max_completion_length=40"],
+        ["generation=vllm_colocate"],
+    ],
+)
+def test_real_process_exits_2_with_one_line(overrides, tmp_path):
+    _needs_cpu_only(overrides)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", GRPO_OUTPUT_ROOT=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo", "+env=alphabet_sort", *overrides],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert proc.stdout == ""
+    assert not (tmp_path / "runs").exists()  # nothing ran, nothing was written
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["trainer=dr_grpo"],
+        ["trainer=dapo"],
+        ["optimizer=sgd"],
+        ["optimizer=adafactor"],
+        ["model.lora.enabled=true", "trainer.beta=0.04"],
+        ["trainer.num_generations=8", "trainer.per_device_batch_completions=16"],
+    ],
+)
+def test_valid_configs_pass(overrides):
+    validate(compose(["+env=alphabet_sort", *overrides]))
+
+
+def test_turn_budget_follows_the_env():
+    """A single-turn env needs room for one turn only."""
+    validate(compose(["+env=char_target", "trainer.max_completion_length=16"]))
+    with pytest.raises(UserError, match="env.max_turns=1"):
+        validate(compose(["+env=char_target", "trainer.max_completion_length=15"]))
+
+
+def test_scheduler_names_are_transformers_schedulers():
+    from transformers import SchedulerType
+
+    assert set(LR_SCHEDULERS) <= {s.value for s in SchedulerType}

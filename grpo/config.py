@@ -230,7 +230,7 @@ class TrainerConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     # tokens of the whole completion: every model turn plus the environment turns between them
-    max_completion_length: int = 256
+    max_completion_length: int = 1024
     # completions that hit max_completion_length without EOS get no gradient (DAPO overlong masking)
     mask_truncated_completions: bool = False
     # optimizer steps between metric logs / between checkpoints

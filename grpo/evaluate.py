@@ -411,7 +411,10 @@ def summarize(
 
     rewards = [totals[i : i + r] for i in range(0, len(totals), r)]
     pass_k = None
-    if all(is_binary(float(rec[name]) for rec in records) for name in rubric.names):
+    # pass@k only for pass/fail tasks: every function declared binary (a continuous reward that
+    # happens to be all 0 in this run is not a pass rate)
+    declared = all(getattr(f, "binary", False) for f in rubric.funcs)
+    if declared and all(is_binary(float(rec[name]) for rec in records) for name in rubric.names):
         # a rollout passes when every function that counts (non-zero weight) scored 1
         counted = [f.name for f in rubric.funcs if f.weight != 0] or rubric.names
         passed = [all(rec[name] == 1.0 for name in counted) for rec in records]

@@ -378,6 +378,8 @@ def grpo_config_kwargs(cfg: Any, output_dir: Path, reward_weights: Sequence[floa
         "activation_checkpointing": bool(t.gradient_checkpointing),
         "seed": int(t.seed),
         "remove_unused_columns": False,
+        # pinned host memory only helps copies to a GPU
+        "dataloader_pin_memory": _has_cuda(),
     }
     if o.name == "sgd" and o.momentum:
         kwargs["optim_args"] = f"momentum={float(o.momentum)}"
@@ -398,6 +400,12 @@ def grpo_config_kwargs(cfg: Any, output_dir: Path, reward_weights: Sequence[floa
         )
     kwargs.update(dict(_plain(t.extra) or {}))
     return kwargs
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def make_grpo_config(cfg: Any, output_dir: Path, reward_weights: Sequence[float]) -> Any:

@@ -11,7 +11,7 @@ import pytest
 
 from grpo.errors import UserError
 from grpo.languages.collation import collation_key
-from grpo.languages.names import ZH_SURNAME_READINGS, Name, draw_names, name_source
+from grpo.languages.names import ZH_SURNAME_READINGS, Name, draw_names, name_source, sort_name_texts
 from grpo.languages.script import char_script
 from grpo.languages.spec import available_languages, get_spec
 
@@ -120,3 +120,15 @@ def test_too_many_names_for_the_pool_is_a_user_error():
         draw_names(random.Random(0), 60, spec, "given")
     with pytest.raises(ValueError):
         draw_names(random.Random(0), 3, spec, "middle")
+
+
+def test_plain_string_names_sort_by_their_reading():
+    ja = get_spec("ja")
+    # gojūon order of the readings イトウ, カトウ, ゴトウ, サトウ (kanji code-point order would differ)
+    assert sort_name_texts(["佐藤", "後藤", "伊藤", "加藤"], ja) == ["伊藤", "加藤", "後藤", "佐藤"]
+    # full names: family reading, space, given reading (サトウ アキラ < サトウ ツバサ < スズキ アキラ)
+    assert sort_name_texts(["鈴木 晃", "佐藤 翼", "佐藤 晃"], ja) == ["佐藤 晃", "佐藤 翼", "鈴木 晃"]
+    assert name_source(ja).reading("佐藤 翼") == "サトウ ツバサ"
+    assert name_source(ja).reading("未知") == "未知"
+    # other languages: plain collation
+    assert sort_name_texts(["Östen", "Zara", "Åsa"], get_spec("sv")) == ["Zara", "Åsa", "Östen"]

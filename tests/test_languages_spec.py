@@ -167,3 +167,15 @@ def test_every_language_has_every_env_prompt(code):
         from grpo.languages.consistency import language_consistency
 
         assert language_consistency(first, spec) > 0.6, first
+
+
+def test_specs_and_names_pickle():
+    """Specs travel to dataloader workers and sweep jobs: no ICU or model objects inside."""
+    import pickle
+
+    from grpo.languages.names import Name
+
+    for code in [*LANGUAGES, "mix"]:
+        spec = get_spec(code)
+        assert pickle.loads(pickle.dumps(spec)) == spec
+    assert pickle.loads(pickle.dumps(Name("佐藤", "サトウ"))) == Name("佐藤", "サトウ")

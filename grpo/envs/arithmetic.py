@@ -183,7 +183,7 @@ class ArithmeticEnv(Environment):
         self.max_value = int_arg("max_value", max_value, minimum=self.min_value)
         if "/" in self.operations and self.min_value == self.max_value == 0:
             raise UserError("env.min_value/max_value: division needs a non-zero operand; widen the range")
-        self.rubric = Rubric([RewardFunc("exact_match", self._exact_match, 1.0)])
+        self.rubric = Rubric([RewardFunc("exact_match", self._exact_match, 1.0, binary=True)])
 
     def draw_operand(self, rng: random.Random, nonzero: bool = False) -> Fraction:
         scale = 10**self.decimal_places

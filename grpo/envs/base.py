@@ -54,6 +54,8 @@ class RewardFunc:
     name: str
     fn: RewardFn
     weight: float = 1.0
+    #: scores are only ever 0 or 1 (pass/fail): the evaluator then reports pass@k
+    binary: bool = False
 
 
 class Rubric:

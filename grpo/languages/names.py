@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import importlib
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 from grpo.errors import UserError
-from grpo.languages.collation import collation_key
+from grpo.languages.collation import collation_key, sort_names
 from grpo.languages.script import is_written_in
 
 if TYPE_CHECKING:
@@ -126,6 +126,9 @@ class NameSource:
             self.family_by_gender = _gendered(
                 provider, "last_names", keep, exclude=self._excluded_family(spec)
             )
+        # text -> reading of every given and family name, for names that come back as plain strings
+        self._readings = {n.text: n.sort_text for n in self.given.names + self.family.names}
+        self._capacity: dict[str, int] = {}
         for part, pool in (("given", self.given), ("family", self.family)):
             if not pool.names:
                 raise UserError(
@@ -146,13 +149,27 @@ class NameSource:
     def _excluded_family(spec: LanguageSpec) -> frozenset[str]:
         return frozenset(ZH_SURNAME_READINGS) if spec.code == "zh" else frozenset()
 
+    def reading(self, text: str) -> str:
+        """The sort text of a name this source can produce, given as a plain string (given, family
+        or full name); any other string is its own sort text."""
+        found = self._readings.get(text)
+        if found is not None:
+            return found
+        sep = self.spec.full_name_separator
+        if sep and sep in text:
+            first, _, second = text.partition(sep)
+            return self._readings.get(first, first) + sep + self._readings.get(second, second)
+        return text
+
     # ---- drawing -------------------------------------------------------------------------
     def capacity(self, part: str) -> int | None:
         """How many pairwise non-equal names `part` can supply (None: more than any row needs)."""
         if part == "full":
             return None
-        pool = self.given if part == "given" else self.family
-        return len({collation_key(n.sort_text, self.spec) for n in pool.names})
+        if part not in self._capacity:
+            pool = self.given if part == "given" else self.family
+            self._capacity[part] = len({collation_key(n.sort_text, self.spec) for n in pool.names})
+        return self._capacity[part]
 
     def one(self, rng: random.Random, part: str) -> Name:
         """One name (duplicates possible)."""
@@ -254,6 +271,16 @@ def name_source(spec: LanguageSpec) -> NameSource:
     if source is None:
         source = _SOURCES[key] = NameSource(spec)
     return source
+
+
+def sort_name_texts(texts: Iterable[str], spec: LanguageSpec) -> list[str]:
+    """Names given as plain strings (e.g. from a dataset row), in the language's order. For ja the
+    reading of each built-in name is looked up; a name the source does not know sorts by its text."""
+    items = list(texts)
+    if spec.sort_key != "icu_reading":
+        return sort_names(items, spec)
+    source = name_source(spec)
+    return [n.text for n in sort_names([Name(t, source.reading(t)) for t in items], spec)]
 
 
 def draw_names(rng: random.Random, k: int, spec: LanguageSpec, part: str = "given") -> list[Name]:

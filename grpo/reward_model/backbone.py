@@ -234,13 +234,17 @@ def _load_pretrained(backbone_cfg: Any, num_labels: int, dtype: Any, seed: int) 
 # ---- saving and loading a trained reward model ---------------------------------------------------
 
 
-def save_reward_model(model: Any, tokenizer: Any, meta: RMMeta, out_dir: str | os.PathLike[str]) -> Path:
-    """Write the HF files of the inner model and the tokenizer, then rm_meta.json (last)."""
+def save_reward_model(
+    model: Any, tokenizer: Any, meta: RMMeta, calibration: Calibration, out_dir: str | os.PathLike[str]
+) -> Path:
+    """Write the HF files of the inner model, the tokenizer and the calibration, then
+    rm_meta.json last: a dir is only used as a checkpoint once all of it is on disk."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / META_FILE).unlink(missing_ok=True)  # the dir is incomplete until the new meta lands
     inner_model(model).save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+    calibration.save(out / CALIBRATION_FILE)
     meta.save(out)
     return out
 
@@ -253,7 +257,7 @@ class LoadedRewardModel:
     model: Any
     tokenizer: Any
     meta: RMMeta
-    calibration: Calibration | None
+    calibration: Calibration
 
 
 def load_reward_model(
@@ -283,5 +287,8 @@ def load_reward_model(
         model = wrap_language_heads(model, meta.languages)
     if device is not None:
         model = model.to(device)
-    calibration = Calibration.load(root / CALIBRATION_FILE) if (root / CALIBRATION_FILE).is_file() else None
+    try:
+        calibration = Calibration.load(root / CALIBRATION_FILE)
+    except (OSError, ValueError, TypeError, KeyError) as ex:
+        raise UserError(f"{field_name}={path}: {CALIBRATION_FILE} is missing or unreadable ({ex})") from None
     return LoadedRewardModel(path=root, model=model.eval(), tokenizer=tokenizer, meta=meta, calibration=calibration)

@@ -1,0 +1,390 @@
+"""The `reward_model` stage: Bradley-Terry training with TRL's RewardTrainer, then calibration.
+
+    data (JSONL or synthetic) -> per-language train / held-out split -> backbone (+ tag tokens,
+    + per-language heads) -> held-out accuracy at init -> RewardTrainer -> held-out accuracy and
+    loss per language -> normalisation statistics on the held-out reference set -> save
+
+How it meets TRL (trl 1.16 reward_trainer.py): the pairs are tokenized here, with the same
+rendering the GRPO scorer uses (grpo/reward_model/scoring.py), and handed over as TRL's
+"processed" format (`chosen_ids`, `rejected_ids`), so TRL neither re-renders nor re-truncates
+them. TRL's collator puts the chosen sequences then the rejected ones in one batch and its loss is
+-logsigmoid(r_chosen - r_rejected) (plus the optional center_rewards_coefficient term); our
+collator adds each sequence's language head index for per-language heads.
+
+Outputs, under the stage's dir (<run_dir>/reward_model): the HF model + tokenizer files,
+rm_calibration.json, rm_metrics.json (held-out accuracy and loss per language, at init and after
+training), the train / held-out pairs as JSONL, and rm_meta.json written last. Tracker metrics:
+rm/acc/<lang>, rm/acc, rm/loss/<lang>, rm/loss at step 0 (init) and at the last step;
+rm/train/<TRL metric> every logging step. When reward_model.checkpoints is empty it is set to
+this dir, so a later train stage of the same run scores with the fresh RM.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo.errors import UserError
+from grpo.reward_model import (
+    HELDOUT_PAIRS_FILE,
+    METRICS_FILE,
+    TRAIN_PAIRS_FILE,
+    validate_reward_model,
+)
+from grpo.reward_model.calibration import Calibration
+from grpo.reward_model.data import PreferencePair, languages_of, load_pairs, split_heldout, write_pairs
+
+METRIC_PREFIX = "rm/"
+# RewardConfig fields the stage decides (reward_model.training.extra may not override them)
+_FIXED_ARGS = ("output_dir", "report_to", "save_strategy", "eval_strategy", "remove_unused_columns", "max_length")
+
+
+@dataclass
+class PairMetrics:
+    """Pairwise accuracy and Bradley-Terry loss of a model on a set of pairs."""
+
+    accuracy: dict[str, float]
+    loss: dict[str, float]
+    overall_accuracy: float
+    overall_loss: float
+    # the scores behind them: chosen and rejected, in pair order (for calibration)
+    chosen: list[float] = field(default_factory=list, repr=False)
+    rejected: list[float] = field(default_factory=list, repr=False)
+
+    def to_metrics(self, prefix: str = METRIC_PREFIX) -> dict[str, float]:
+        out = {f"{prefix}acc": self.overall_accuracy, f"{prefix}loss": self.overall_loss}
+        out.update({f"{prefix}acc/{lang}": v for lang, v in self.accuracy.items()})
+        out.update({f"{prefix}loss/{lang}": v for lang, v in self.loss.items()})
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "accuracy": self.accuracy,
+            "loss": self.loss,
+            "overall_accuracy": self.overall_accuracy,
+            "overall_loss": self.overall_loss,
+        }
+
+
+@dataclass
+class RMResult:
+    """What the reward_model stage leaves behind."""
+
+    path: Path
+    languages: list[str]
+    # held-out pairwise accuracy / loss per language, before and after training
+    initial: PairMetrics
+    final: PairMetrics
+    calibration: Calibration
+    global_step: int
+    num_train_pairs: int
+    num_heldout_pairs: int
+    seconds: float
+    log_history: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    @property
+    def accuracy(self) -> dict[str, float]:
+        return self.final.accuracy
+
+
+def _log_sigmoid(x: float) -> float:
+    return -math.log1p(math.exp(-x)) if x >= 0 else x - math.log1p(math.exp(x))
+
+
+def pair_metrics(chosen: Sequence[float], rejected: Sequence[float], languages: Sequence[str]) -> PairMetrics:
+    """Accuracy (chosen scored strictly higher) and mean -logsigmoid(chosen - rejected), per language."""
+    wins: dict[str, list[float]] = {}
+    losses: dict[str, list[float]] = {}
+    for c, r, lang in zip(chosen, rejected, languages, strict=True):
+        wins.setdefault(lang, []).append(1.0 if c > r else 0.0)
+        losses.setdefault(lang, []).append(-_log_sigmoid(c - r))
+    all_wins = [w for ws in wins.values() for w in ws]
+    all_losses = [v for vs in losses.values() for v in vs]
+    return PairMetrics(
+        accuracy={k: sum(v) / len(v) for k, v in sorted(wins.items())},
+        loss={k: sum(v) / len(v) for k, v in sorted(losses.items())},
+        overall_accuracy=sum(all_wins) / len(all_wins) if all_wins else float("nan"),
+        overall_loss=sum(all_losses) / len(all_losses) if all_losses else float("nan"),
+        chosen=list(chosen),
+        rejected=list(rejected),
+    )
+
+
+class PairScorer:
+    """Scores both completions of pairs with an in-memory model (held-out accuracy, calibration)."""
+
+    def __init__(self, model: Any, encoder: Any, languages: Sequence[str], per_language_heads: bool, batch_size: int):
+        self.model = model
+        self.encoder = encoder
+        self.heads = {lang: i for i, lang in enumerate(languages)} if per_language_heads else None
+        self.batch_size = batch_size
+
+    def score(self, prompts: Sequence[Any], completions: Sequence[Any], languages: Sequence[str]) -> list[float]:
+        from grpo.reward_model.scoring import score_ids
+
+        ids = self.encoder.encode(prompts, completions, languages)
+        heads = [self.heads[lang] for lang in languages] if self.heads is not None else None
+        return score_ids(self.model, ids, self.encoder.tokenizer.pad_token_id, self.batch_size, heads)
+
+    def metrics(self, pairs: Sequence[PreferencePair]) -> PairMetrics:
+        prompts = [p.prompt for p in pairs] * 2
+        completions = [p.chosen for p in pairs] + [p.rejected for p in pairs]
+        languages = [p.language for p in pairs]
+        scores = self.score(prompts, completions, languages * 2)
+        return pair_metrics(scores[: len(pairs)], scores[len(pairs) :], languages)
+
+
+def load_data(cfg: Any) -> list[PreferencePair]:
+    """The stage's preference pairs: the JSONL file(s) of reward_model.data.path, else synthetic."""
+    data = cfg.reward_model.data
+    if data.path:
+        return load_pairs(str(data.path))
+    from grpo.reward_model.synthetic import pairs_from_config
+
+    return pairs_from_config(cfg)
+
+
+def _plain(value: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def reward_config(cfg: Any, output_dir: Path) -> Any:
+    """trl.RewardConfig of the stage; TRL's own rejections become one-line UserErrors."""
+    import dataclasses
+
+    from trl import RewardConfig
+
+    tr = cfg.reward_model.training
+    kwargs: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "per_device_train_batch_size": int(tr.batch_size_pairs),
+        "gradient_accumulation_steps": int(tr.gradient_accumulation_steps),
+        "learning_rate": float(tr.lr),
+        "num_train_epochs": float(tr.epochs),
+        "max_steps": int(tr.max_steps),
+        "weight_decay": float(tr.weight_decay),
+        "warmup_steps": float(tr.warmup),
+        "lr_scheduler_type": str(tr.lr_scheduler),
+        "max_grad_norm": float(tr.max_grad_norm),
+        "center_rewards_coefficient": None
+        if tr.center_rewards_coefficient is None
+        else float(tr.center_rewards_coefficient),
+        "logging_steps": int(tr.logging_steps),
+        "bf16": bool(tr.bf16),
+        "gradient_checkpointing": False,  # TRL's default is on; tiny and CPU runs do not need it
+        "seed": int(cfg.reward_model.data.seed),
+        "report_to": "none",  # the tracker gets metrics through our callback
+        "save_strategy": "no",  # the stage saves the final model itself, with its calibration
+        "eval_strategy": "no",  # held-out accuracy per language is computed by the stage
+        "remove_unused_columns": False,  # keep language_id for per-language heads
+        "max_length": None,  # sequences are already fitted to backbone.max_length
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }
+    extra = dict(_plain(tr.extra) or {})
+    fixed = sorted(k for k in extra if k in _FIXED_ARGS)
+    if fixed:
+        raise UserError(f"reward_model.training.extra: {', '.join(fixed)} is set by the stage; remove it")
+    kwargs.update(extra)
+    known = {f.name for f in dataclasses.fields(RewardConfig)}
+    unknown = sorted(k for k in kwargs if k not in known)
+    if unknown:
+        raise UserError(f"reward_model.training.extra: {', '.join(unknown)} is not a trl.RewardConfig field")
+    try:
+        return RewardConfig(**kwargs)
+    except (TypeError, ValueError) as ex:
+        reason = " ".join(str(ex).split())
+        raise UserError(f"reward_model.training: TRL rejected the config: {reason}") from None
+
+
+def _collator(pad_token_id: int, with_language: bool) -> Any:
+    import torch
+    from trl.trainer.reward_trainer import DataCollatorForPreference
+
+    base = DataCollatorForPreference(pad_token_id=pad_token_id)
+
+    def collate(examples: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = base(examples)
+        if with_language:
+            heads = torch.tensor([int(e["language_id"]) for e in examples], dtype=torch.long)
+            batch["language_ids"] = torch.cat([heads, heads])  # chosen rows first, then rejected
+        return batch
+
+    return collate
+
+
+def _callbacks(tracker: Any) -> list[Any]:
+    from transformers import TrainerCallback
+
+    class RMLog(TrainerCallback):
+        """Training metrics to the tracker (rm/train/...) and one compact line per log."""
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if not logs or not state.is_world_process_zero:
+                return
+            numbers = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            if tracker is not None and numbers:
+                try:
+                    tracker.log_metrics({f"{METRIC_PREFIX}train/{k}": v for k, v in numbers.items()}, state.global_step)
+                except Exception as ex:  # noqa: BLE001 - tracking must not kill training
+                    print(f"[reward_model] warning: metrics not logged: {ex}", file=sys.stderr)
+            if "loss" in numbers:
+                parts = [f"step {state.global_step}/{state.max_steps}", f"loss {numbers['loss']:.4f}"]
+                if "accuracy" in numbers:
+                    parts.append(f"acc {numbers['accuracy']:.3f}")
+                if "margin" in numbers:
+                    parts.append(f"margin {numbers['margin']:.3f}")
+                print("[reward_model] " + " | ".join(parts), flush=True)
+
+    return [RMLog()]
+
+
+def _dataset(pairs: Sequence[PreferencePair], encoder: Any, heads: dict[str, int] | None) -> Any:
+    from datasets import Dataset
+
+    languages = [p.language for p in pairs]
+    chosen = encoder.encode([p.prompt for p in pairs], [p.chosen for p in pairs], languages)
+    rejected = encoder.encode([p.prompt for p in pairs], [p.rejected for p in pairs], languages)
+    columns: dict[str, Any] = {"chosen_ids": chosen, "rejected_ids": rejected}
+    if heads is not None:
+        columns["language_id"] = [heads[lang] for lang in languages]
+    return Dataset.from_dict(columns)
+
+
+def _format_accuracy(metrics: PairMetrics) -> str:
+    return ", ".join(f"{lang} {acc:.3f}" for lang, acc in metrics.accuracy.items())
+
+
+def _log(tracker: Any, metrics: dict[str, float], step: int) -> None:
+    if tracker is None:
+        return
+    try:
+        tracker.log_metrics(metrics, step)
+    except Exception as ex:  # noqa: BLE001
+        print(f"[reward_model] warning: metrics not logged: {ex}", file=sys.stderr)
+
+
+def train_reward_model(cfg: Any, out_dir: str | os.PathLike[str], tracker: Any = None) -> RMResult:
+    """Train the run's reward model into `out_dir` (see the module docstring); returns its metrics."""
+    validate_reward_model(cfg)
+    rm = cfg.reward_model
+    out = Path(out_dir)
+    start = time.perf_counter()
+
+    pairs = load_data(cfg)  # every data error surfaces here, before any model is built
+    train_pairs, heldout = split_heldout(pairs, float(rm.data.heldout_fraction), int(rm.data.seed))
+    languages = languages_of(pairs)
+    missing = sorted(set(languages) - set(languages_of(heldout)))
+    if missing:
+        raise UserError(
+            f"reward_model.data: language(s) {', '.join(missing)} have fewer than 2 pairs: every language needs "
+            "training and held-out pairs"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    write_pairs(out / TRAIN_PAIRS_FILE, train_pairs)
+    write_pairs(out / HELDOUT_PAIRS_FILE, heldout)
+
+    from transformers.trainer_callback import PrinterCallback
+    from trl import RewardTrainer
+
+    from grpo.reward_model.backbone import RMMeta, build_backbone, save_reward_model
+    from grpo.reward_model.scoring import SequenceEncoder
+
+    cond = rm.conditioning
+    per_language = bool(cond.per_language_heads)
+    model, tokenizer = build_backbone(rm.backbone, languages, bool(cond.tag_token), per_language)
+    encoder = SequenceEncoder(tokenizer, int(rm.backbone.max_length), bool(cond.tag_token))
+    heads = {lang: i for i, lang in enumerate(languages)} if per_language else None
+    scorer = PairScorer(model, encoder, languages, per_language, int(rm.training.score_batch_size))
+    initial = scorer.metrics(heldout)
+    print(
+        f"[reward_model] {len(train_pairs)} train / {len(heldout)} held-out pairs in {', '.join(languages)} | "
+        f"backbone {rm.backbone.name} ({rm.backbone.source}) | tag {bool(cond.tag_token)}, "
+        f"per-language heads {per_language} | held-out accuracy at init: {_format_accuracy(initial)}",
+        flush=True,
+    )
+    _log(tracker, initial.to_metrics(), 0)
+
+    args = reward_config(cfg, out / "trainer")
+    trainer = RewardTrainer(
+        model=model,
+        args=args,
+        train_dataset=_dataset(train_pairs, encoder, heads),
+        processing_class=tokenizer,
+        data_collator=_collator(tokenizer.pad_token_id, per_language),
+        callbacks=_callbacks(tracker),
+    )
+    trainer.remove_callback(PrinterCallback)  # RMLog prints a compact line instead
+    trainer.train()
+    model = trainer.model
+    step = int(trainer.state.global_step)
+
+    scorer.model = model
+    final = scorer.metrics(heldout)
+    # the reference set: both completions of every held-out pair
+    calibration = Calibration.fit(final.chosen + final.rejected, [p.language for p in heldout] * 2)
+    meta = RMMeta(
+        languages=list(languages),
+        tag_token=bool(cond.tag_token),
+        per_language_heads=per_language,
+        max_length=int(rm.backbone.max_length),
+        backbone={"name": str(rm.backbone.name), "source": str(rm.backbone.source), "path": rm.backbone.path},
+    )
+    seconds = time.perf_counter() - start
+    report = {
+        "languages": languages,
+        "num_train_pairs": len(train_pairs),
+        "num_heldout_pairs": len(heldout),
+        "global_step": step,
+        "seconds": seconds,
+        "initial": initial.to_json(),
+        "final": final.to_json(),
+    }
+    (out / METRICS_FILE).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    save_reward_model(model, tokenizer, meta, calibration, out)
+    _log(tracker, final.to_metrics(), step)
+    if tracker is not None:
+        from grpo.reward_model import CALIBRATION_FILE, META_FILE
+
+        for name in (METRICS_FILE, CALIBRATION_FILE, META_FILE):
+            try:
+                tracker.log_artifact(out / name, "reward_model")
+            except Exception as ex:  # noqa: BLE001
+                print(f"[reward_model] warning: {name} not logged: {ex}", file=sys.stderr)
+    print(
+        f"[reward_model] {step} steps in {seconds:.1f} s | held-out accuracy {final.overall_accuracy:.3f} "
+        f"({_format_accuracy(final)}), loss {final.overall_loss:.4f} | saved to {out}",
+        flush=True,
+    )
+    _use_as_run_checkpoint(cfg, out)
+    return RMResult(
+        path=out,
+        languages=list(languages),
+        initial=initial,
+        final=final,
+        calibration=calibration,
+        global_step=step,
+        num_train_pairs=len(train_pairs),
+        num_heldout_pairs=len(heldout),
+        seconds=seconds,
+        log_history=list(trainer.state.log_history),
+    )
+
+
+def _use_as_run_checkpoint(cfg: Any, out: Path) -> None:
+    """An empty reward_model.checkpoints means "this run's RM": point it at the fresh one."""
+    from omegaconf import OmegaConf, open_dict
+
+    if len(cfg.reward_model.checkpoints) or not OmegaConf.is_config(cfg):
+        return
+    with open_dict(cfg):
+        cfg.reward_model.checkpoints = [str(out.resolve())]

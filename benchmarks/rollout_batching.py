@@ -7,6 +7,12 @@ Both modes run the same engine, model (model=tiny), rows and sampling settings i
 hf backend's batch_size=1 (one generate() call per conversation per turn). The completion budget is
 large enough for every episode to play all its turns. Prints a table, then `ratio: X` (batched
 rollouts/s divided by sequential rollouts/s) as the last line.
+
+Both modes use ONE torch thread by default: the tiny model's matrices are too small to gain from
+splitting, and on a busy machine (more runnable processes than cores) two OpenMP threads waiting
+for each other make every batched op 10x slower while the sequential mode's small ops stay
+single-threaded; one thread is the conservative setting for the batched side. --threads 0 keeps
+torch's default.
 """
 
 from __future__ import annotations
@@ -26,7 +32,15 @@ def main() -> None:
     parser.add_argument("--max-tokens-per-turn", type=int, default=64)
     parser.add_argument("--max-completion-tokens", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads for both modes; 0 = torch's default"
+    )
     args = parser.parse_args()
+
+    import torch
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
 
     from grpo.cli import compose
     from grpo.envs import build_env
@@ -70,7 +84,8 @@ def main() -> None:
 
     print(
         f"alphabet_sort, model=tiny, {args.prompts} prompts x {args.rollouts} rollouts, "
-        f"max_tokens_per_turn={args.max_tokens_per_turn}, max_completion_tokens={args.max_completion_tokens}"
+        f"max_tokens_per_turn={args.max_tokens_per_turn}, max_completion_tokens={args.max_completion_tokens}, "
+        f"torch threads={torch.get_num_threads()}"
     )
     print(f"{'mode':<12}{'seconds':>10}{'rollouts':>10}{'turns':>8}{'model tok':>11}{'rollouts/s':>12}")
     for name, (seconds, n, turns, tokens) in results.items():

@@ -16,7 +16,9 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,7 +156,10 @@ def summarize_sweep(
     if log_to_parent:
         with_retry(client.log_text, parent.info.run_id, table + "\n", f"{ARTIFACT_DIR}/summary.txt")
         if png is not None:
-            with_retry(client.log_artifact, parent.info.run_id, str(png), ARTIFACT_DIR)
+            # always compare/reward_curves.png in the run, whatever --out named the local file
+            with tempfile.TemporaryDirectory() as tmp:
+                shutil.copy(png, Path(tmp) / PNG_NAME)
+                with_retry(client.log_artifact, parent.info.run_id, str(Path(tmp) / PNG_NAME), ARTIFACT_DIR)
     return table, png
 
 

@@ -251,25 +251,31 @@ class TrainerConfig:
 
 @dataclass
 class GenerationConfig:
-    # hf | openai | vllm_colocate | vllm_server
+    # hf | openai (evaluation only: text, no token ids) | vllm_colocate | vllm_server
     backend: str = "hf"
     # max new tokens of one model turn (the whole completion is bounded by trainer.max_completion_length)
     max_tokens_per_turn: int = 128
-    # hf: conversations per generate() call; null = all active conversations at once
+    # hf: conversations per generate() call (1 = one at a time); null = all active conversations at once
     batch_size: Optional[int] = None
-    # openai / vllm_server endpoint
+    # openai / vllm_server endpoint, e.g. http://127.0.0.1:8000/v1
     base_url: Optional[str] = None
+    # openai: the served model name
     model: Optional[str] = None
-    # NAME of the environment variable holding the API key (never the key itself)
+    # NAME of the environment variable holding the API key (never the key itself); null = no auth
     api_key_var: Optional[str] = None
+    # openai: requests in flight at once (every conversation of a turn is sent together)
     max_concurrency: int = 32
+    # openai: seconds one request may take before it is retried / fails
     timeout_s: float = 120.0
+    # openai: retries on connection errors, timeouts, HTTP 429 and 5xx, with exponential backoff
     max_retries: int = 3
     # vllm_server
     host: str = "127.0.0.1"
     port: int = 8000
     # vllm_colocate: share of GPU memory vLLM may take
     gpu_memory_utilization: float = 0.3
+    # backend extras: openai sends them in every request body (e.g. top_k for a vLLM server);
+    # vllm_colocate reads max_model_length, tensor_parallel_size
     extra: dict[str, Any] = field(default_factory=dict)
 
 

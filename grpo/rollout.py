@@ -205,7 +205,7 @@ def run_rollouts(
         while active := [e for e in episodes if not e.done]:
             requests = [
                 _request(e, i, turn, sampling, max_completion_tokens, token_level)
-                for i, e in zip(_indices(episodes, active), active)
+                for i, e in zip(_indices(episodes, active), active, strict=True)
             ]
             call_sampling = sampling
             if sampling.seed is not None:
@@ -213,7 +213,7 @@ def run_rollouts(
             results = backend.generate(requests, call_sampling)
             if len(results) != len(requests):
                 raise RuntimeError(f"the backend answered {len(results)} of {len(requests)} requests")
-            for episode, result in zip(active, results):
+            for episode, result in zip(active, results, strict=True):
                 _advance(env, episode, result, turns, max_completion_tokens)
                 if bar is not None and episode.done:
                     bar.update(1)
@@ -242,7 +242,9 @@ def _request(
         limit = min(limit, budget - _used(episode, token_level))
     seed = None if sampling.seed is None else _mix_seed(sampling.seed, turn, index)
     if token_level:
-        return GenRequest(max_new_tokens=limit, prompt_ids=episode.prompt_ids + episode.completion_ids, seed=seed)
+        return GenRequest(
+            max_new_tokens=limit, prompt_ids=episode.prompt_ids + episode.completion_ids, seed=seed
+        )
     return GenRequest(max_new_tokens=limit, messages=episode.messages(), seed=seed)
 
 
@@ -275,7 +277,9 @@ def _advance(
         episode.end()
         return
     if not isinstance(reply, list) or not all(isinstance(m, dict) for m in reply):
-        raise TypeError(f"{type(env).__name__}.env_response must return a list of messages or None, got {reply!r}")
+        raise TypeError(
+            f"{type(env).__name__}.env_response must return a list of messages or None, got {reply!r}"
+        )
     if left is not None and left <= 0:
         episode.end(truncated=True)  # the episode goes on but the model has no token left
         return

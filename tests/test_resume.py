@@ -4,6 +4,7 @@ same global step, with the same weights, optimizer and scheduler state and the s
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -55,8 +56,9 @@ class StartState(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
         self.step = state.global_step
         self.weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        self.optimizer = optimizer.state_dict()
-        self.scheduler = lr_scheduler.state_dict()
+        # deep copies: the optimizer updates its state tensors in place during the next step
+        self.optimizer = copy.deepcopy(optimizer.state_dict())
+        self.scheduler = copy.deepcopy(lr_scheduler.state_dict())
 
 
 def _complete(run_dir: Path) -> list[Path]:
@@ -116,7 +118,8 @@ def test_resume_after_sigkill_continues_at_the_same_step(tmp_path):
     assert start.scheduler["last_epoch"] == saved_sched["last_epoch"] == step
 
     assert result.global_step == step + 1
-    assert [h["step"] for h in result.log_history if "reward" in h] == [step + 1]
+    # the restored history goes on: steps 1..k from the killed run, then k+1
+    assert [h["step"] for h in result.log_history if "reward" in h] == list(range(1, step + 2))
     assert result.checkpoint_dir == tmp_path / "run2" / "checkpoints" / f"checkpoint-{step + 1}"
 
     # the same data order: resumed step k+1 trains on chunk k of the sampler's seeded permutation

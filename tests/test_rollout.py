@@ -18,9 +18,19 @@ from grpo.errors import UserError
 from grpo.generation import GenRequest, Sampling, make_backend
 from grpo.generation.hf import HFBackend
 from grpo.models import load_policy, load_tokenizer
-from grpo.rollout import run_rollouts
+from grpo.rollout import TurnTokenizer, run_rollouts
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """The tiny model gains nothing from intra-op threads, and on a busy machine OpenMP threads
+    waiting for each other make batched generation ~10x slower; restored after this module."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +97,7 @@ class PingEnv(Environment):
 def runs(rollout) -> list[tuple[int, list[int]]]:
     """Maximal spans of equal env_mask: [(mask, ids), ...]."""
     out: list[tuple[int, list[int]]] = []
-    for tok, mask in zip(rollout.completion_ids, rollout.env_mask):
+    for tok, mask in zip(rollout.completion_ids, rollout.env_mask, strict=True):
         if out and out[-1][0] == mask:
             out[-1][1].append(tok)
         else:
@@ -107,7 +117,9 @@ def model_emitted_specials(rollout, tokenizer) -> bool:
 
 def test_one_batched_generate_call_per_turn_in_row_major_order(policy, cfg, env, rows):
     spy = Spy(hf(policy, cfg))
-    rollouts = run_rollouts(env, rows, spy, rollouts_per_row=3, sampling=Sampling(max_tokens_per_turn=12, seed=0))
+    rollouts = run_rollouts(
+        env, rows, spy, rollouts_per_row=3, sampling=Sampling(max_tokens_per_turn=12, seed=0)
+    )
 
     assert [(r.row.id, r.rollout_index) for r in rollouts] == [(row.id, k) for row in rows for k in range(3)]
     # the env decides the turns (alphabet_sort goes on whatever the model writes): all are taken
@@ -117,7 +129,7 @@ def test_one_batched_generate_call_per_turn_in_row_major_order(policy, cfg, env,
     for turn, call in enumerate(spy.calls):
         active = [r for r in rollouts if r.num_turns > turn]
         assert len(call) == len(active) == 3 * sum(row.info["num_turns"] > turn for row in rows)
-        for request, rollout in zip(call, active):
+        for request, rollout in zip(call, active, strict=True):
             # what the model was given is exactly a prefix of the final ids: nothing re-tokenised
             full = rollout.prompt_ids + rollout.completion_ids
             assert request.prompt_ids == full[: len(request.prompt_ids)]
@@ -146,13 +158,15 @@ def test_env_mask_covers_exactly_the_environment_tokens(policy, cfg, env, rows):
         close = "\n" if model_ids[-1] == tokenizer.eos_token_id else IM_END + "\n"
         expected = f"{close}{IM_START}user\n{follow_ups[k // 2]}{IM_END}\n{IM_START}assistant\n"
         assert tokenizer.decode(ids, skip_special_tokens=False) == expected
-    for lp, mask in zip(rollout.logprobs, rollout.env_mask):
+    for lp, mask in zip(rollout.logprobs, rollout.env_mask, strict=True):
         assert (lp == 0.0) if mask == 0 else (lp < 0.0)
 
 
 def test_ids_decode_to_the_template_rendering_of_the_conversation(policy, cfg, env, rows):
     _, tokenizer = policy
-    rollouts = run_rollouts(env, rows, hf(policy, cfg), rollouts_per_row=2, sampling=Sampling(max_tokens_per_turn=16))
+    rollouts = run_rollouts(
+        env, rows, hf(policy, cfg), rollouts_per_row=2, sampling=Sampling(max_tokens_per_turn=16, seed=5)
+    )
     checked = 0
     for r in rollouts:
         if model_emitted_specials(r, tokenizer):
@@ -172,7 +186,10 @@ def test_logprobs_are_those_of_the_sampling_distribution(policy, cfg, env, rows)
     temperature = 0.7
     row = next(r for r in rows if r.info["num_turns"] >= 2)
     (rollout,) = run_rollouts(
-        env, [row], hf(policy, cfg), sampling=Sampling(temperature=temperature, max_tokens_per_turn=10, seed=1)
+        env,
+        [row],
+        hf(policy, cfg),
+        sampling=Sampling(temperature=temperature, max_tokens_per_turn=10, seed=1),
     )
     ids = torch.tensor([rollout.prompt_ids + rollout.completion_ids])
     with torch.no_grad():
@@ -195,7 +212,12 @@ def test_completion_budget_caps_turns_and_ends_truncated(policy, cfg):
     # env turns are ~10 tokens: turn 1 takes 16, the env ~10, turn 2 only what is left
     spy = Spy(backend)
     rollouts = run_rollouts(
-        ping, rows, spy, rollouts_per_row=2, sampling=Sampling(max_tokens_per_turn=16, seed=0), max_completion_tokens=40
+        ping,
+        rows,
+        spy,
+        rollouts_per_row=2,
+        sampling=Sampling(max_tokens_per_turn=16, seed=0),
+        max_completion_tokens=40,
     )
     for r in rollouts:
         spans = runs(r)
@@ -208,12 +230,14 @@ def test_completion_budget_caps_turns_and_ends_truncated(policy, cfg):
         (mask, last), before = runs(r)[-1], len(r.completion_ids) - len(runs(r)[-1][1])
         assert mask == 1 and len(last) == 40 - before < 16  # the budget, not the per-turn cap, cut it
     # the second call asked each episode for exactly what its budget allowed
-    for request, r in zip(spy.calls[1], [r for r in rollouts if r.num_turns > 1]):
+    for request, r in zip(spy.calls[1], [r for r in rollouts if r.num_turns > 1], strict=True):
         used = len(request.prompt_ids) - len(r.prompt_ids)
         assert request.max_new_tokens == min(16, 40 - used)
 
     # a budget too small for the env turn: the episode ends after turn 1, env message not appended
-    short = run_rollouts(ping, rows, backend, sampling=Sampling(max_tokens_per_turn=16, seed=0), max_completion_tokens=20)
+    short = run_rollouts(
+        ping, rows, backend, sampling=Sampling(max_tokens_per_turn=16, seed=0), max_completion_tokens=20
+    )
     full_first_turns = [r for r in short if len(runs(r)[0][1]) == 16]
     assert full_first_turns
     for r in full_first_turns:
@@ -233,7 +257,9 @@ def test_seeded_sampling_is_reproducible_and_leaves_the_global_rng_alone(policy,
     first = run_rollouts(env, rows[:3], backend, rollouts_per_row=2, sampling=sampling)
     assert torch.equal(torch.random.get_rng_state(), rng_before)
     again = run_rollouts(env, rows[:3], backend, rollouts_per_row=2, sampling=sampling)
-    other = run_rollouts(env, rows[:3], backend, rollouts_per_row=2, sampling=Sampling(max_tokens_per_turn=12, seed=8))
+    other = run_rollouts(
+        env, rows[:3], backend, rollouts_per_row=2, sampling=Sampling(max_tokens_per_turn=12, seed=8)
+    )
     assert [r.completion for r in first] == [r.completion for r in again]
     assert [r.completion_ids for r in first] == [r.completion_ids for r in again]
     assert [r.logprobs for r in first] == [r.logprobs for r in again]
@@ -249,12 +275,12 @@ def test_batched_equals_one_conversation_at_a_time_under_greedy(policy, cfg, env
     sequential = run_rollouts(env, rows, sequential_spy, sampling=sampling, max_completion_tokens=600)
     texts = {r.completion[0]["content"] for r in batched}
     assert len(texts) == len(rows), "greedy outputs should differ between prompts"
-    for a, b in zip(batched, sequential):
+    for a, b in zip(batched, sequential, strict=True):
         assert a.completion_ids == b.completion_ids
         assert a.env_mask == b.env_mask
         assert a.completion == b.completion
         assert a.truncated == b.truncated
-        assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs)), default=0.0) < 1e-4
+        assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)), default=0.0) < 1e-4
 
 
 QWEN3_LIKE_TEMPLATE = (
@@ -302,19 +328,26 @@ def test_template_that_rewrites_history_keeps_the_ids_the_model_saw(policy, cfg)
 def test_hf_backend_rows_stop_at_their_own_limits_and_train_mode_is_restored(policy, cfg, env, rows):
     model, tokenizer = policy
     backend = hf(policy, cfg)
-    prompts = [tokenizer.apply_chat_template(row.prompt, add_generation_prompt=True, tokenize=False) for row in rows[:3]]
+    prompts = [
+        tokenizer.apply_chat_template(row.prompt, add_generation_prompt=True, tokenize=False)
+        for row in rows[:3]
+    ]
     ids = [backend.encode(p) for p in prompts]
     limits = [3, 11, 6]
     greedy = Sampling(temperature=0.0)
     model.train()
     try:
-        together = backend.generate([GenRequest(n, prompt_ids=p) for n, p in zip(limits, ids)], greedy)
+        together = backend.generate(
+            [GenRequest(n, prompt_ids=p) for n, p in zip(limits, ids, strict=True)], greedy
+        )
         assert model.training
     finally:
         model.eval()
-    alone = [backend.generate([GenRequest(n, prompt_ids=p)], greedy)[0] for n, p in zip(limits, ids)]
+    alone = [
+        backend.generate([GenRequest(n, prompt_ids=p)], greedy)[0] for n, p in zip(limits, ids, strict=True)
+    ]
     assert not model.training
-    for n, a, b in zip(limits, together, alone):
+    for n, a, b in zip(limits, together, alone, strict=True):
         assert len(a.token_ids) == n or a.finished
         assert a.token_ids == b.token_ids and a.text == b.text and a.num_tokens == len(a.token_ids)
         assert len(a.logprobs) == len(a.token_ids)
@@ -322,16 +355,34 @@ def test_hf_backend_rows_stop_at_their_own_limits_and_train_mode_is_restored(pol
 
 def test_make_backend_and_bad_generation_settings(policy, cfg):
     model, tokenizer = policy
-    backend = make_backend(compose(["+env=alphabet_sort", "generation.batch_size=4"]).generation, model, tokenizer, cfg.model)
+    backend = make_backend(
+        compose(["+env=alphabet_sort", "generation.batch_size=4"]).generation, model, tokenizer, cfg.model
+    )
     assert isinstance(backend, HFBackend) and backend.batch_size == 4 and backend.model is model
 
-    with pytest.raises(UserError, match=r"generation.backend='nope' is not available; choose one of: hf, openai"):
+    with pytest.raises(
+        UserError,
+        match=r"generation.backend='nope' is not available; choose one of: hf, openai, vllm_colocate, vllm_server",
+    ):
         make_backend(compose(["+env=alphabet_sort", "generation.backend=nope"]).generation, model, tokenizer)
     with pytest.raises(UserError, match="generation.batch_size=0"):
         make_backend(compose(["+env=alphabet_sort", "generation.batch_size=0"]).generation, model, tokenizer)
     with pytest.raises(UserError, match="generation.max_tokens_per_turn=0"):
-        make_backend(compose(["+env=alphabet_sort", "generation.max_tokens_per_turn=0"]).generation, model, tokenizer)
+        make_backend(
+            compose(["+env=alphabet_sort", "generation.max_tokens_per_turn=0"]).generation, model, tokenizer
+        )
     with pytest.raises(UserError, match="temperature"):
         Sampling(temperature=-1)
     with pytest.raises(UserError, match="top_p"):
         Sampling(top_p=0)
+
+
+def test_template_that_cannot_render_a_turn_incrementally_is_a_user_error(policy, cfg):
+    model, _ = policy
+    tokenizer = load_tokenizer(cfg.model)
+    # every rendering starts with the message count: no conversation is a prefix of a longer one
+    tokenizer.chat_template = "{{ messages | length }}{% for m in messages %}{{ m.content }}{% endfor %}"
+    turns = TurnTokenizer(HFBackend(model, tokenizer, model_cfg=cfg.model))
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    with pytest.raises(UserError, match="cannot render an environment turn incrementally"):
+        turns.env_text(history, [{"role": "user", "content": "c"}])

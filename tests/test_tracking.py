@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -81,8 +88,16 @@ def _train_log(callback, step: int, reward: float, kl: float) -> None:
 
     state = TrainerState()
     state.global_step = step
-    logs = {"loss": 0.5 / step, "reward": reward, "kl": kl, "rewards/alphabetical/mean": reward, "grad_norm": 1.0}
-    callback.on_log(TrainingArguments(output_dir="unused", report_to="none"), state, TrainerControl(), logs=logs)
+    logs = {
+        "loss": 0.5 / step,
+        "reward": reward,
+        "kl": kl,
+        "rewards/alphabetical/mean": reward,
+        "grad_norm": 1.0,
+    }
+    callback.on_log(
+        TrainingArguments(output_dir="unused", report_to="none"), state, TrainerControl(), logs=logs
+    )
 
 
 def _artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
@@ -127,7 +142,11 @@ def test_run_logs_params_metrics_evals_artifacts_and_plots(root):
         (2, 0.4),
         (3, 0.3),
     ]
-    assert [m.step for m in client.get_metric_history(tracker.run_id, "train/rewards/alphabetical/mean")] == [1, 2, 3]
+    assert [m.step for m in client.get_metric_history(tracker.run_id, "train/rewards/alphabetical/mean")] == [
+        1,
+        2,
+        3,
+    ]
     metrics = run.data.metrics
     assert metrics["eval/baseline/mean"] == pytest.approx(0.2)
     assert metrics["eval/final/mean"] == pytest.approx(0.6)
@@ -203,7 +222,9 @@ def test_resume_continues_the_same_run(root):
     assert metric_curve(client, run.info.run_id, "train/reward") == [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4)]
     assert run.data.params["cfg.trainer.max_steps"] == "2"  # params are immutable ...
     assert run.data.tags["grpo.resumed.cfg.trainer.max_steps"] == "4"  # ... the change is a tag
-    assert run.data.params["cfg.resume"] == "None" and run.data.tags["grpo.resumed.cfg.resume"] == str(first_dir)
+    assert run.data.params["cfg.resume"] == "None" and run.data.tags["grpo.resumed.cfg.resume"] == str(
+        first_dir
+    )
     assert len(client.search_runs([run.info.experiment_id])) == 1
 
 
@@ -240,8 +261,18 @@ def test_train_metrics_names_and_values():
 
     from grpo.tracking.trainer_callback import train_metrics
 
-    logs = {"loss": 1.5, "rewards/f/mean": torch.tensor(0.25), "train_runtime": 3.0, "note": "text", "x": None}
-    assert train_metrics(logs) == {"train/loss": 1.5, "train/rewards/f/mean": 0.25, "train/summary/runtime": 3.0}
+    logs = {
+        "loss": 1.5,
+        "rewards/f/mean": torch.tensor(0.25),
+        "train_runtime": 3.0,
+        "note": "text",
+        "x": None,
+    }
+    assert train_metrics(logs) == {
+        "train/loss": 1.5,
+        "train/rewards/f/mean": 0.25,
+        "train/summary/runtime": 3.0,
+    }
 
 
 def test_helpers():
@@ -254,7 +285,9 @@ def test_helpers():
     assert render_messages([{"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]) == (
         "[assistant] a\n\n[user] b"
     )
-    scores = eval_scores({"eval/final/func/f": 0.5, "eval/baseline/func/f": 0.1, "eval/final/mean": 0.4, "x": 1})
+    scores = eval_scores(
+        {"eval/final/func/f": 0.5, "eval/baseline/func/f": 0.1, "eval/final/mean": 0.4, "x": 1}
+    )
     assert list(scores) == ["baseline", "final"]
     assert scores["final"] == {"f": 0.5, "(total)": 0.4}
 
@@ -282,7 +315,9 @@ def test_with_retry_retries_a_locked_database_only():
 
 def _writer(uri: str, experiment: str, worker: int, steps: int, queue) -> None:
     """One process logging `steps` steps into a shared store (the first one creates its tables)."""
-    cfg = compose(["+env=alphabet_sort", "tracking=mlflow", f"tracking.uri={uri}", f"tracking.experiment={experiment}"])
+    cfg = compose(
+        ["+env=alphabet_sort", "tracking=mlflow", f"tracking.uri={uri}", f"tracking.experiment={experiment}"]
+    )
     tracker = make_tracker(cfg, Path(uri.removeprefix("sqlite:///")).parent / f"run{worker}")
     with tracker:
         tracker.log_config(cfg)
@@ -311,3 +346,84 @@ def test_parallel_writers_share_one_fresh_sqlite_store(tmp_path):
         assert len(client.get_metric_history(run_id, "train/reward")) == steps
         assert len(client.get_metric_history(run_id, "train/kl")) == steps
     assert len(client.search_experiments(filter_string="name = 'shared'")) == 1
+
+
+# ---- a real tracking server --------------------------------------------------------------------
+
+
+@pytest.fixture
+def mlflow_server(tmp_path) -> Iterator[str]:
+    """`mlflow server` on a free 127.0.0.1 port with its own SQLite store and artifact directory."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server_dir = tmp_path / "server"
+    server_dir.mkdir()
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
+    cmd += ["--backend-store-uri", f"sqlite:///{server_dir / 'server.db'}"]
+    cmd += ["--artifacts-destination", str(server_dir / "artifacts")]
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    with (server_dir / "server.log").open("w") as log:
+        proc = subprocess.Popen(cmd, cwd=server_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                        if response.status == 200:
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"mlflow server did not start: {(server_dir / 'server.log').read_text()[-2000:]}"
+                    )
+                time.sleep(0.5)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.mark.slow
+def test_run_logs_to_a_tracking_server(tmp_path, mlflow_server):
+    root = tmp_path / "outputs"
+    cfg = _cfg(root, f"tracking.uri={mlflow_server}")
+    tracker = make_tracker(cfg, root / "run")
+    with tracker:
+        tracker.log_config(cfg)
+        _train_log(tracker.trainer_callback(), 1, 0.25, 0.01)
+        tracker.log_eval("final", _eval_result(root / "run" / "eval_final", "final", [0.5, 1.0]), step=1)
+        tracker.finish_run(0.75)
+
+    client = MlflowClient(mlflow_server)
+    run = client.get_run(tracker.run_id)
+    assert client.get_experiment(run.info.experiment_id).name == "grpo-alphabet_sort"
+    assert run.info.status == "FINISHED"
+    assert run.data.params == config_params(cfg)
+    assert run.data.metrics["train/reward"] == 0.25 and run.data.metrics["eval/final/mean"] == 0.75
+    # artifacts went through the server into its own artifact store
+    assert run.info.artifact_uri.startswith("mlflow-artifacts:")
+    assert _artifacts(client, tracker.run_id) >= {
+        "config.yaml",
+        "eval/final/results.jsonl",
+        "eval/final/samples.json",
+        "plots/train_curves.png",
+    }
+    assert list((tmp_path / "server" / "artifacts").rglob("results.jsonl"))
+    assert not (root / "mlflow.db").exists() and not (root / "mlartifacts").exists()

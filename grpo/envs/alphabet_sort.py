@@ -1,18 +1,30 @@
-"""alphabet_sort: a multi-turn name-sorting task (Environments Hub alphabet-sort 0.1.5 semantics).
+"""alphabet_sort: a multi-turn name-sorting task (Environments Hub alphabet-sort 0.1.5 semantics),
+in every language of conf/language.
 
 Each row has 1..max_turns turns; every turn introduces new names and the model answers with all
-names so far, sorted by first name, inside <alphabetical_sorted> (turn 1) or
+names so far, in alphabetical order, inside <alphabetical_sorted> (turn 1) or
 <combined_alphabetical_sorted> (later turns), marking the names new in that turn with
 `// new name!`. A turn scores difflib.SequenceMatcher(None, pred, expected).ratio() ** power over
 the stripped, lower-cased, non-empty lines of the turn's last tag block; the rollout reward is the
 mean over the row's turns (an unanswered turn counts 0).
+
+Names, order and prompts follow the row's language (grpo.languages):
+- English is 0.1.5 byte for byte: faker en_US "FirstLast" names in plain code-point order, sorted
+  "by FIRST name".
+- Every other language: full names in its own script, in its real collation (ICU: sv puts å ä ö
+  after z, es ñ after n, de ä with a, ru ё with е, zh in pinyin order, ar ignoring the hamza forms
+  of alef; ja by the kana reading). Languages that write the family name first (zh ja ko) sort by
+  family name, the others by given name; either way that name leads the full name, so the order is
+  the collation of the whole name. The prompt says which name and which order, in the language.
+- A row never holds two names that collate equal, so its expected order is unique.
+Tags and `// new name!` are format tokens, the same in every language.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo.envs.base import (
     Environment,
@@ -22,39 +34,24 @@ from grpo.envs.base import (
     Rubric,
     assistant_turns,
     int_arg,
-    localized,
     similarity_ratio,
     tag_spans,
 )
-from grpo.envs.names import make_name_source
+from grpo.envs.names import NameSource, as_names, load_names, make_name_source
 from grpo.errors import UserError
+from grpo.languages.collation import sort_names
+from grpo.languages.names import Name
+
+if TYPE_CHECKING:
+    from grpo.languages.spec import LanguageSpec
 
 FIRST_TAG = "alphabetical_sorted"
 COMBINED_TAG = "combined_alphabetical_sorted"
 # suffix of a name introduced in the current turn (turn 2 on); a format token, never translated
 NEW_NAME_SUFFIX = " // new name!"
-
-# Every prompt text, per language. {names}: the turn's names, shuffled and joined by `separator`;
-# {template}: the `placeholder` lines of the format block.
-PROMPTS: dict[str, dict[str, str]] = {
-    "en": {
-        "first_turn": (
-            "Sort these names in alphabetical order by FIRST name: {names}\n\n"
-            "Use exactly this format:\n<alphabetical_sorted>\n{template}\n</alphabetical_sorted>"
-        ),
-        "follow_up": (
-            "Now sort ALL of these names alphabetically by FIRST name: {names}\n\n"
-            "These are in addition to the prior list. Mark any NEW names (that weren't in the prior "
-            "list) with `// new name!` at the end."
-        ),
-        "follow_up_template": (
-            "\n\nUse exactly this format:\n<combined_alphabetical_sorted>\n{template}\n</combined_alphabetical_sorted>"
-        ),
-        "same_format": " Follow the same format as before.",
-        "placeholder": "Name{i}",
-        "separator": ", ",
-    },
-}
+# the prompt block of conf/language/<code>.yaml: {names} is the turn's names, shuffled and joined
+# by `separator`; {template} the `placeholder` lines of the format block
+PROMPT_BLOCK = "alphabet_sort"
 
 
 def answer_block(tag: str, lines: Sequence[str]) -> str:
@@ -106,6 +103,9 @@ def turn_scores(completion: Any, info: dict[str, Any], power: float) -> list[flo
 class AlphabetSortEnv(Environment):
     name = "alphabet_sort"
     multi_turn = True
+    #: tags whose content is the answer's data (names), not prose: the language-consistency
+    #: reward leaves it out
+    answer_tags = (FIRST_TAG, COMBINED_TAG)
 
     def __init__(
         self,
@@ -118,11 +118,10 @@ class AlphabetSortEnv(Environment):
         seed: int = 0,
         num_train_examples: int = 1000,
         num_eval_examples: int = 100,
-        language: str = "en",
+        language: Any = "en",
         name: str | None = None,
     ):
         super().__init__(seed, num_train_examples, num_eval_examples, language, name)
-        self.prompts = localized(PROMPTS, language, self.name)
         self.min_turns = int_arg("min_turns", min_turns, minimum=1)
         self.max_turns = int_arg("max_turns", max_turns, minimum=self.min_turns)
         self.min_names_per_turn = int_arg("min_names_per_turn", min_names_per_turn, minimum=1)
@@ -136,18 +135,43 @@ class AlphabetSortEnv(Environment):
         ):
             raise UserError(f"env.similarity_power: expected a positive number, got {similarity_power!r}")
         self.similarity_power = similarity_power
-        self.names = make_name_source(names_source, language, self.max_turns * self.max_names_per_turn)
+        needed = self.max_turns * self.max_names_per_turn
+        # a names file is read once, whatever the number of languages (language=mix)
+        pool = load_names(names_source) if isinstance(names_source, str) and names_source.strip() else None
+        # every language rows can be in, checked now: a missing prompt or a too small pool fails
+        # at start-up, not in the middle of a run
+        self.name_sources: dict[str, NameSource] = {}
+        for spec in self.language_specs():
+            spec.prompts_for(PROMPT_BLOCK)
+            self.name_sources[spec.code] = make_name_source(names_source, spec, needed, pool)
         self.rubric = Rubric([RewardFunc("alphabet_sort_reward", self._reward, 1.0)])
 
     # ---- dataset -----------------------------------------------------------------------------
-    def sort_names(self, names: Sequence[str]) -> list[str]:
-        """Alphabetical order "by FIRST name": code-point order of the whole joined name."""
-        return sorted(names)
+    def _language(self, language: LanguageSpec | None) -> LanguageSpec:
+        if language is not None:
+            return language
+        if self.spec.is_mix:
+            raise ValueError("language=mix: pass the row's language (env.row_spec(split, index))")
+        return self.spec
+
+    def sort_names(self, names: Sequence[str | Name], language: LanguageSpec | None = None) -> list[str]:
+        """Names in the language's alphabetical order (English: code-point order of the whole
+        joined name, as 0.1.5; ja: the kana reading in gojūon order)."""
+        spec = self._language(language)
+        return [n.text for n in sort_names(self._as_names(names, spec), spec)]
+
+    @staticmethod
+    def _as_names(names: Sequence[str | Name], spec: LanguageSpec) -> list[Name]:
+        """Drawn names keep their reading; plain strings look theirs up (ja) or are their own."""
+        texts = [n for n in names if not isinstance(n, Name)]
+        looked_up = iter(as_names(texts, spec))
+        return [n if isinstance(n, Name) else next(looked_up) for n in names]
 
     def make_row(self, rng: random.Random, index: int, split: str) -> Row:
+        spec = self.row_spec(split, index)
         num_turns = rng.randint(self.min_turns, self.max_turns)
         counts = [rng.randint(self.min_names_per_turn, self.max_names_per_turn) for _ in range(num_turns)]
-        pool = self.names.draw(rng, sum(counts))
+        pool = self.name_sources[spec.code].draw(rng, sum(counts))
         turn_names, start = [], 0
         for count in counts:
             turn_names.append(pool[start : start + count])
@@ -157,51 +181,68 @@ class AlphabetSortEnv(Environment):
             shuffled = list(names)
             rng.shuffle(shuffled)
             shown.append(shuffled)
-        prompts = self.turn_prompts(turn_names, shown)
-        return Row(
-            id=index,
-            prompt=[{"role": "user", "content": prompts[0]}],
-            info={
-                "turn_names": turn_names,
-                "ground_truths": self.ground_truths(turn_names),
-                "follow_ups": prompts[1:],
-                "num_turns": num_turns,
-            },
-            language=self.language,
-        )
+        prompts = self.turn_prompts(turn_names, shown, spec)
+        info: dict[str, Any] = {
+            "turn_names": [[n.text for n in names] for names in turn_names],
+            "ground_truths": self.ground_truths(turn_names, spec),
+            "follow_ups": prompts[1:],
+            "num_turns": num_turns,
+        }
+        if any(n.sort_text != n.text for n in pool):
+            # what the order follows when it is not the names themselves (ja: the kana readings)
+            info["turn_readings"] = [[n.sort_text for n in names] for names in turn_names]
+        return Row(id=index, prompt=[{"role": "user", "content": prompts[0]}], info=info, language=spec.code)
 
-    def ground_truths(self, turn_names: Sequence[Sequence[str]]) -> list[list[str]]:
-        """Expected answer lines of every turn: all names so far, sorted; from turn 2 on, the
-        names introduced in that turn end with ` // new name!`."""
+    def ground_truths(
+        self, turn_names: Sequence[Sequence[str | Name]], language: LanguageSpec | None = None
+    ) -> list[list[str]]:
+        """Expected answer lines of every turn: all names so far, in the language's order; from
+        turn 2 on, the names introduced in that turn end with ` // new name!`."""
+        spec = self._language(language)
         out: list[list[str]] = []
-        seen: list[str] = []
+        seen: list[Name] = []
         for turn, names in enumerate(turn_names, 1):
-            seen.extend(names)
-            new = set(names) if turn > 1 else set()
-            out.append([n + NEW_NAME_SUFFIX if n in new else n for n in self.sort_names(seen)])
+            named = self._as_names(names, spec)
+            seen.extend(named)
+            new = {n.text for n in named} if turn > 1 else set()
+            out.append(
+                [n.text + NEW_NAME_SUFFIX if n.text in new else n.text for n in sort_names(seen, spec)]
+            )
         return out
 
-    def turn_prompts(self, turn_names: Sequence[Sequence[str]], shown: Sequence[Sequence[str]]) -> list[str]:
-        """The user message of every turn; `shown` is each turn's names in display order."""
-        p = self.prompts
+    def turn_prompts(
+        self,
+        turn_names: Sequence[Sequence[str | Name]],
+        shown: Sequence[Sequence[str | Name]],
+        language: LanguageSpec | None = None,
+    ) -> list[str]:
+        """The user message of every turn, in the language; `shown` is each turn's names in
+        display order. Family-name-first languages (zh ja ko) ask for family-name order."""
+        spec = self._language(language)
+        p = spec.prompts_for(PROMPT_BLOCK)
+        first_turn, follow_up = (
+            ("first_turn_by_family", "follow_up_by_family")
+            if spec.family_first
+            else ("first_turn", "follow_up")
+        )
         prompts: list[str] = []
         previous = 0
         for turn, names in enumerate(shown, 1):
-            listed = p["separator"].join(names)
+            listed = p["separator"].join(str(n) for n in names)
             count = previous + len(turn_names[turn - 1])
             if turn == 1:
                 template = "\n".join(p["placeholder"].format(i=i) for i in range(1, count + 1))
-                prompts.append(p["first_turn"].format(names=listed, template=template))
+                prompts.append(p[first_turn].format(names=listed, template=template))
             elif turn == 2:
                 template = "\n".join(
                     p["placeholder"].format(i=i) + (NEW_NAME_SUFFIX if i > previous else "")
                     for i in range(1, count + 1)
                 )
                 prompts.append(
-                    p["follow_up"].format(names=listed) + p["follow_up_template"].format(template=template)
+                    p[follow_up].format(names=listed) + p["follow_up_template"].format(template=template)
                 )
             else:
-                prompts.append(p["follow_up"].format(names=listed) + p["same_format"])
+                prompts.append(p[follow_up].format(names=listed) + p["same_format"])
             previous = count
         return prompts
 

@@ -6,6 +6,10 @@ with the usual precedence (* and / before + and -, left to right). The answer is
 with fractions.Fraction and written as an integer, a terminating decimal or p/q. The model puts its
 final answer in \\boxed{}; `exact_match` compares the last complete \\boxed{...} numerically, so
 "4", "4.0", " 4 ", "4/1" and "\\frac{8}{2}" all match 4.
+
+Prompts follow the row's language (the `arithmetic` block of conf/language/<code>.yaml); the
+expression, the answer and \\boxed{} stay machine-readable in every language (ASCII digits, a
+decimal point, p/q), so the same parser scores every language.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import random
 import re
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo.envs.base import (
     Environment,
@@ -24,24 +28,15 @@ from grpo.envs.base import (
     Rubric,
     assistant_turns,
     int_arg,
-    localized,
 )
 from grpo.errors import UserError
 
-OPERATIONS = ("+", "-", "*", "/")
+if TYPE_CHECKING:
+    from grpo.languages.spec import LanguageSpec
 
-# Every prompt text, per language.
-PROMPTS: dict[str, dict[str, str]] = {
-    "en": {
-        "system": (
-            "Solve the arithmetic problem. Multiplication and division come before addition and "
-            "subtraction; operators of the same kind apply left to right. Give the exact result as an "
-            "integer, a decimal or a fraction p/q, and end with it inside \\boxed{}, e.g. \\boxed{42}."
-        ),
-        "user": "Compute: {expression}",
-        "reference": "{expression} = {answer}, so the answer is \\boxed{{{answer}}}.",
-    },
-}
+OPERATIONS = ("+", "-", "*", "/")
+# the prompt block of conf/language/<code>.yaml
+PROMPT_BLOCK = "arithmetic"
 
 # ---- exact numbers -------------------------------------------------------------------------------
 
@@ -164,11 +159,12 @@ class ArithmeticEnv(Environment):
         seed: int = 0,
         num_train_examples: int = 1000,
         num_eval_examples: int = 100,
-        language: str = "en",
+        language: Any = "en",
         name: str | None = None,
     ):
         super().__init__(seed, num_train_examples, num_eval_examples, language, name)
-        self.prompts = localized(PROMPTS, language, self.name)
+        for spec in self.language_specs():  # language=mix: every member, checked now
+            spec.prompts_for(PROMPT_BLOCK)
         if isinstance(operations, str) or not operations or any(op not in OPERATIONS for op in operations):
             raise UserError(
                 f"env.operations: expected a non-empty list drawn from {list(OPERATIONS)}, got {operations!r}"
@@ -193,6 +189,7 @@ class ArithmeticEnv(Environment):
                 return value
 
     def make_row(self, rng: random.Random, index: int, split: str) -> Row:
+        spec = self.row_spec(split, index)
         count = rng.randint(self.min_operands, self.max_operands)
         ops = [rng.choice(self.operations) for _ in range(count - 1)]
         # the operand right after "/" is its divisor (left-to-right precedence), so never zero
@@ -204,16 +201,27 @@ class ArithmeticEnv(Environment):
         return Row(
             id=index,
             prompt=[
-                {"role": "system", "content": self.prompts["system"]},
-                {"role": "user", "content": self.prompts["user"].format(expression=expression)},
+                {"role": "system", "content": spec.prompt(PROMPT_BLOCK, "system")},
+                {"role": "user", "content": spec.prompt(PROMPT_BLOCK, "user", expression=expression)},
             ],
             info={"expression": expression, "answer": format_number(evaluate(operands, ops))},
-            language=self.language,
+            language=spec.code,
         )
 
     def reference_completion(self, row: Row) -> Messages:
-        text = self.prompts["reference"].format(expression=row.info["expression"], answer=row.info["answer"])
+        spec = self._row_language(row)
+        text = spec.prompt(
+            PROMPT_BLOCK, "reference", expression=row.info["expression"], answer=row.info["answer"]
+        )
         return [{"role": "assistant", "content": text}]
+
+    def _row_language(self, row: Row) -> LanguageSpec:
+        """The spec of a row's language (the env's own unless the row says otherwise)."""
+        if row.language == self.spec.code:
+            return self.spec
+        from grpo.languages.spec import get_spec
+
+        return get_spec(row.language)
 
     def _exact_match(self, completion: Any = None, info: dict[str, Any] | None = None, **_: Any) -> float:
         turns = assistant_turns(completion) if isinstance(completion, list) else []

@@ -8,9 +8,14 @@ class; there is no registry. It provides
     first model turn); `messages` is the whole conversation so far;
   - `rubric`: named, weighted reward functions over a finished rollout.
 
-Per-language prompt texts live in one small table per environment, read through `localized`
-(an unsupported language is a UserError); constructor arguments are checked with `int_arg` so a
-bad `env.<key>` override gives a one-line error. Helpers shared by environments: tag parsing that
+Languages: an environment's `language` argument is a code from conf/language (`en`, `sv`, ...,
+`mix`), a `language` config mapping (the composed group, overrides included) or a LanguageSpec;
+it becomes `self.spec` and `self.language` (the code). Under language=mix every row has its own
+language (`row_spec(split, index)`: exact proportions, seeded by the env seed). `rows` copies each
+row's language into `info["language"]`, where the rewards read it. Prompt texts live in the
+language files (`spec.prompts_for(env)`); a small table of an environment's own is read through
+`localized` (an unsupported language is a UserError). Constructor arguments are checked with
+`int_arg` so a bad `env.<key>` override gives a one-line error. Helpers shared by environments: tag parsing that
 stays linear on any text (`tag_spans`, `last_tag_content`, `XMLParser`) and `similarity_ratio`,
 an exact, faster difflib ratio.
 
@@ -29,9 +34,12 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from grpo.errors import UserError
+
+if TYPE_CHECKING:
+    from grpo.languages.spec import LanguageSpec
 
 T = TypeVar("T")
 Message = dict[str, str]
@@ -212,14 +220,48 @@ def int_arg(key: str, value: Any, minimum: int | None = None) -> int:
     return number
 
 
-def localized(table: dict[str, T], language: str, env_name: str) -> T:
-    """The entry of a per-language text table, or a UserError naming the supported codes."""
+def localized(table: dict[str, T], language: Any, env_name: str) -> T:
+    """The entry of a per-language text table, or a UserError naming the supported codes.
+    `language`: a code, a LanguageSpec or a language config mapping."""
+    language = language_code(language)
     if language not in table:
         raise UserError(
             f"env.language: {env_name} does not support language {language!r} yet; "
             f"supported: {', '.join(sorted(table))}"
         )
     return table[language]
+
+
+def language_code(language: Any) -> Any:
+    """The code of a language given as a code, a LanguageSpec or a config mapping."""
+    if isinstance(language, str):
+        return language
+    code = getattr(language, "code", None)
+    if code is None and hasattr(language, "get"):
+        code = language.get("code")
+    return code if isinstance(code, str) else language
+
+
+def language_spec(language: Any, env_name: str) -> LanguageSpec:
+    """The LanguageSpec of an environment's `language` argument: a code of conf/language (or
+    `mix`), a `language` config mapping (overrides included) or a LanguageSpec."""
+    from grpo.languages.spec import MIX, LanguageSpec, available_languages, get_spec, spec_from_config
+
+    if isinstance(language, LanguageSpec):
+        return language
+    if isinstance(language, str) and language:
+        known = available_languages()
+        if language != MIX and language not in known:
+            # English first: the default
+            listed = ["en", *(code for code in known if code != "en")] if "en" in known else known
+            raise UserError(
+                f"env.language: {env_name} does not support language {language!r}; "
+                f"supported: {', '.join(listed)} (or {MIX})"
+            )
+        return get_spec(language)
+    if hasattr(language, "keys") and hasattr(language, "get"):  # dict or DictConfig of the group
+        return spec_from_config(language)
+    raise UserError(f"env.language: expected a language code such as 'en', got {language!r}")
 
 
 class Environment:
@@ -237,7 +279,7 @@ class Environment:
         seed: int = 0,
         num_train_examples: int = 1000,
         num_eval_examples: int = 100,
-        language: str = "en",
+        language: Any = "en",
         name: str | None = None,
     ):
         self.seed = int_arg("seed", seed)
@@ -245,11 +287,12 @@ class Environment:
             "train": int_arg("num_train_examples", num_train_examples, minimum=1),
             "eval": int_arg("num_eval_examples", num_eval_examples, minimum=1),
         }
-        if not isinstance(language, str) or not language:
-            raise UserError(f"env.language: expected a language code such as 'en', got {language!r}")
-        self.language = language
         if name is not None:
             self.name = name
+        self.spec = language_spec(language, self.name)
+        #: the language code ("mix" under language=mix, where each row carries its own)
+        self.language = self.spec.code
+        self._row_languages: dict[str, list[str]] = {}
         self.rubric = Rubric([])
 
     # ---- dataset -------------------------------------------------------------------------
@@ -261,10 +304,40 @@ class Environment:
         total = self.num_examples[split]
         n = total if n is None else min(n, total)
         rng = random.Random(f"{self.name}:{split}:{self.seed}")
-        return [self.make_row(rng, i, split) for i in range(n)]
+        rows = [self.make_row(rng, i, split) for i in range(n)]
+        for row in rows:
+            # rewards see info, not the Row: every row's info names its language
+            if isinstance(row.info, dict) and row.info.get("language") != row.language:
+                row.info = {**row.info, "language": row.language}
+        return rows
 
     def make_row(self, rng: random.Random, index: int, split: str) -> Row:
         raise NotImplementedError
+
+    # ---- languages -------------------------------------------------------------------------
+    def language_specs(self) -> list[LanguageSpec]:
+        """The languages rows can be in: the env's own, or the mix members with a weight > 0."""
+        if not self.spec.is_mix:
+            return [self.spec]
+        from grpo.languages.mix import language_shares
+        from grpo.languages.spec import get_spec
+
+        return [get_spec(code) for code in language_shares(self.spec)]
+
+    def row_spec(self, split: str, index: int) -> LanguageSpec:
+        """The language of row `index` of `split`. language=mix: the split's languages are drawn
+        once with sample_languages (exact proportions over the whole split, in an order seeded by
+        the env seed), so `rows(split, n)` is a prefix of `rows(split)`."""
+        if not self.spec.is_mix:
+            return self.spec
+        from grpo.languages.mix import sample_languages
+        from grpo.languages.spec import get_spec
+
+        codes = self._row_languages.get(split)
+        if codes is None:
+            rng = random.Random(f"{self.name}:{split}:{self.seed}:languages")
+            codes = self._row_languages[split] = sample_languages(rng, self.spec, self.num_examples[split])
+        return get_spec(codes[index % len(codes)])
 
     # ---- interaction ----------------------------------------------------------------------
     def initial_state(self, row: Row) -> dict[str, Any]:

@@ -1,11 +1,21 @@
 """Where alphabet_sort's names come from.
 
-The offline default draws "FirstLast" names (no space, as in "MarcoEllero") from faker's person
-word lists with the caller's own `random.Random`, so rows depend only on the env seed (not on
-faker's global state). A user source is a pool of names read once: a local .txt (one name per
-line), .jsonl / .json / .csv with a `names` column, a `datasets.save_to_disk` directory, or a hub
-dataset id with a `names` column. Cells of the `names` column may hold one name or a list of names.
-Names are space-stripped and de-duplicated, keeping their first-seen order.
+Built-in names (`names_source: null`): English keeps alphabet-sort 0.1.5's source exactly,
+"FirstLast" names (no space, as in "MarcoEllero") from faker's en_US person word lists, drawn with
+the caller's own `random.Random` so rows depend only on the env seed (not on faker's global
+state). Every other language draws full names from grpo.languages: a given and a family name in
+the language's own script and order (family name first for zh ja ko), pairwise distinct in its
+collation, with the kana reading for ja.
+
+A user source is a pool of names read once: a local .txt (one name per line), .jsonl / .json /
+.csv with a `names` column, a `datasets.save_to_disk` directory, or a hub dataset id with a
+`names` column. Cells of the `names` column may hold one name or a list of names. Names are
+whitespace-normalised and de-duplicated, keeping their first-seen order (English joins them
+without spaces, as 0.1.5 did); then, per language, names that collate equal (ar أحمد / احمد) keep
+only the first, so a row never holds two of them.
+
+Every source draws `Name`s: the text shown and the text the collation compares (the reading for
+ja; the name itself otherwise).
 """
 
 from __future__ import annotations
@@ -15,40 +25,44 @@ import json
 import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from grpo.errors import UserError
+from grpo.languages.names import Name
 
-# faker locale whose person provider supplies each language's names
-FAKER_LOCALES = {"en": "en_US"}
+if TYPE_CHECKING:
+    from grpo.languages.spec import LanguageSpec
+
+# the language whose built-in names are alphabet-sort 0.1.5's faker "FirstLast" names
+LEGACY_LANGUAGE = "en"
 NAMES_COLUMN = "names"
 _LOCAL_SUFFIXES = (".txt", ".jsonl", ".json", ".csv")
 
 
 class NameSource(Protocol):
-    def draw(self, rng: random.Random, k: int) -> list[str]:
-        """k distinct names."""
+    def draw(self, rng: random.Random, k: int) -> list[Name]:
+        """k names, pairwise distinct in the language's collation."""
         ...
 
 
 class FakerNames:
-    """First and last names from faker's locale lists, drawn with faker's frequency weights."""
+    """alphabet-sort 0.1.5's names: faker first + last name joined without a space, drawn with
+    faker's frequency weights."""
 
-    def __init__(self, language: str = "en"):
+    def __init__(self, locale: str = "en_US"):
         import importlib
 
-        locale = FAKER_LOCALES.get(language)
-        if locale is None:
+        try:
+            provider = importlib.import_module(f"faker.providers.person.{locale}").Provider
+        except ModuleNotFoundError:
             raise UserError(
-                f"env.names_source: no built-in names for language {language!r} "
-                f"(built-in: {', '.join(sorted(FAKER_LOCALES))}); set env.names_source to a names file"
-            )
-        provider = importlib.import_module(f"faker.providers.person.{locale}").Provider
+                f"language.name_locale: faker has no person names for locale {locale!r} (e.g. en_US)"
+            ) from None
         self.first_names, self.first_cum = _weighted(provider.first_names)
         self.last_names, self.last_cum = _weighted(provider.last_names)
 
-    def draw(self, rng: random.Random, k: int) -> list[str]:
-        names: list[str] = []
+    def draw(self, rng: random.Random, k: int) -> list[Name]:
+        names: list[Name] = []
         seen: set[str] = set()
         while len(names) < k:
             first = rng.choices(self.first_names, cum_weights=self.first_cum)[0]
@@ -56,18 +70,31 @@ class FakerNames:
             name = (first + last).replace(" ", "")
             if name not in seen:
                 seen.add(name)
-                names.append(name)
+                names.append(Name(name, name))
         return names
 
 
-class ListNames:
-    """A fixed pool of distinct names (from a file or a dataset)."""
+class LanguageNames:
+    """Full names of one language from grpo.languages (given + family name, native script)."""
 
-    def __init__(self, names: Sequence[str], origin: str):
+    def __init__(self, spec: LanguageSpec):
+        from grpo.languages.names import name_source
+
+        self.spec = spec
+        self.source = name_source(spec)  # reads faker's lists once per process
+
+    def draw(self, rng: random.Random, k: int) -> list[Name]:
+        return self.source.draw(rng, k, "full")
+
+
+class ListNames:
+    """A fixed pool of names (from a file or a dataset), pairwise distinct in the collation."""
+
+    def __init__(self, names: Sequence[Name], origin: str):
         self.names = list(names)
         self.origin = origin
 
-    def draw(self, rng: random.Random, k: int) -> list[str]:
+    def draw(self, rng: random.Random, k: int) -> list[Name]:
         return rng.sample(self.names, k)
 
 
@@ -86,14 +113,49 @@ def _weighted(table: Any) -> tuple[list[str], list[float]]:
     return names, cum
 
 
-def make_name_source(names_source: str | None, language: str, needed: int) -> NameSource:
-    """The name source for `env.names_source` (None = faker); a pool must hold at least
-    `needed` distinct names (the most one row can ask for)."""
+def as_names(texts: Iterable[str], spec: LanguageSpec) -> list[Name]:
+    """Plain-string names as `Name`s: ja names get the reading of the built-in source (a name it
+    does not know sorts by its own text), every other language sorts the text itself."""
+    if spec.sort_key != "icu_reading" or not spec.name_locale:
+        return [Name(t, t) for t in texts]
+    from grpo.languages.names import name_source
+
+    source = name_source(spec)
+    return [Name(t, source.reading(t)) for t in texts]
+
+
+def distinct_by_collation(names: Sequence[Name], spec: LanguageSpec) -> list[Name]:
+    """`names` without those that collate equal to an earlier one (first occurrence kept)."""
+    from grpo.languages.collation import collation_key
+
+    out: list[Name] = []
+    keys: set[Any] = set()
+    for name in names:
+        key = collation_key(name.sort_text, spec)
+        if key not in keys:
+            keys.add(key)
+            out.append(name)
+    return out
+
+
+def make_name_source(
+    names_source: str | None, spec: LanguageSpec, needed: int, pool: Sequence[str] | None = None
+) -> NameSource:
+    """The name source of one language for `env.names_source` (None = built-in names); a pool
+    must hold at least `needed` names that are distinct in the language's collation (the most
+    one row can ask for). `pool`: the names of `names_source` when the caller already loaded
+    them (language=mix reads the file once for every language)."""
     if names_source is None:
-        return FakerNames(language)
+        if spec.code == LEGACY_LANGUAGE:
+            return FakerNames(spec.name_locale or "en_US")
+        return LanguageNames(spec)
     if not isinstance(names_source, str) or not names_source.strip():
         raise UserError(f"env.names_source: expected a path or a hub dataset id, got {names_source!r}")
-    names = load_names(names_source)
+    texts = load_names(names_source) if pool is None else list(pool)
+    if spec.code == LEGACY_LANGUAGE:
+        # 0.1.5: English names are joined without spaces ("Marco Ellero" -> "MarcoEllero")
+        texts = _distinct(t.replace(" ", "") for t in texts)
+    names = distinct_by_collation(as_names(texts, spec), spec)
     if len(names) < needed:
         raise UserError(
             f"env.names_source {names_source!r}: has {len(names)} distinct names but a row can need "
@@ -103,7 +165,7 @@ def make_name_source(names_source: str | None, language: str, needed: int) -> Na
 
 
 def load_names(source: str) -> list[str]:
-    """Distinct, space-stripped names from a local file / saved dataset dir / hub dataset id."""
+    """Distinct names (whitespace normalised) from a local file / saved dataset dir / hub dataset id."""
     path = Path(source).expanduser()
     if path.is_file():
         return _distinct(_names_from_file(path, source))
@@ -215,12 +277,12 @@ def _names_from_dataset(data: Any, source: str) -> list[str]:
 
 
 def _distinct(names: Iterable[str]) -> list[str]:
-    """Space-stripped, non-empty, first occurrence kept (the sort key is the joined name)."""
+    """Non-empty names with runs of whitespace made one space, first occurrence kept."""
     out: list[str] = []
     seen: set[str] = set()
     for name in names:
-        joined = name.strip().replace(" ", "")
-        if joined and joined not in seen:
-            seen.add(joined)
-            out.append(joined)
+        clean = " ".join(name.split())
+        if clean and clean not in seen:
+            seen.add(clean)
+            out.append(clean)
     return out

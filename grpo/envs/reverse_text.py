@@ -1,17 +1,27 @@
-"""reverse_text: reverse a sentence character by character (single turn).
+"""reverse_text: reverse a sentence character by character (single turn), in every language.
 
 The model may think inside <think>...</think>, then writes the reversed text inside
 <answer>...</answer>. Rewards: `reverse_text_similarity` (difflib ratio of the parsed answer to the
-reversed text, weight 1.0) and `format_reward` (the XMLParser layout score, weight 0.2). Texts are
-sentences of faker's lorem words drawn with the env's own random stream, so rows depend only on
-the seed.
+reversed text, weight 1.0) and `format_reward` (the XMLParser layout score, weight 0.2).
+
+Texts and prompts follow the row's language (the `reverse_text` block of conf/language/<code>.yaml):
+sentences of faker's lorem words for the language's `faker_locale`, or of the block's own `words`
+list (languages faker has no lorem words for), joined by `word_separator` (no space for zh and
+ja) and ended by `sentence_end` (。 for zh and ja, । for hi). Words are drawn with the env's own
+random stream, so rows depend only on the seed; English rows are those of the first version.
+
+A "character" is a user-perceived character (an extended grapheme cluster, through ICU): a
+Devanagari syllable such as हि or क्ष stays whole when reversed instead of leaving its vowel sign
+or virama stranded. For text without combining sequences (English, and the lorem texts of most
+languages) that is plain code-point reversal.
 """
 
 from __future__ import annotations
 
 import importlib
 import random
-from typing import Any
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from grpo.envs.base import (
     Environment,
@@ -22,31 +32,70 @@ from grpo.envs.base import (
     XMLParser,
     assistant_turns,
     int_arg,
-    localized,
     similarity_ratio,
 )
+from grpo.errors import UserError
 
-# Every prompt text, per language, and the faker locale whose lorem words make the texts.
-PROMPTS: dict[str, dict[str, str]] = {
-    "en": {
-        "system": (
-            "Reverse the text you are given, character by character: the last character comes first. "
-            "You may think step by step inside <think>...</think> first. Then write only the reversed "
-            "text inside <answer>...</answer>."
-        ),
-        "user": "Reverse this text:\n{text}",
-        "faker_locale": "en_US",
-    },
-}
+if TYPE_CHECKING:
+    from grpo.languages.spec import LanguageSpec
+
+# the prompt block of conf/language/<code>.yaml
+PROMPT_BLOCK = "reverse_text"
 
 
 def reverse(text: str) -> str:
-    """The expected answer: code points in reverse order."""
-    return text[::-1]
+    """The expected answer: the text's user-perceived characters in reverse order."""
+    if text.isascii():  # every ASCII character is a grapheme of its own
+        return text[::-1]
+    import icu
+
+    breaks = icu.BreakIterator.createCharacterInstance(icu.Locale.getRoot())
+    breaks.setText(text)
+    bounds = [0, *breaks]
+    return "".join(text[start:end] for start, end in reversed(list(zip(bounds, bounds[1:], strict=False))))
+
+
+@lru_cache(maxsize=64)
+def lorem_words(faker_locale: str) -> tuple[str, ...]:
+    """faker's lorem word list of a locale."""
+    try:
+        provider = importlib.import_module(f"faker.providers.lorem.{faker_locale}").Provider
+    except ModuleNotFoundError:
+        raise UserError(
+            f"language.prompts.reverse_text.faker_locale: faker has no lorem words for {faker_locale!r}; "
+            "give a `words` list instead"
+        ) from None
+    return tuple(provider.word_list)
+
+
+class TextSource:
+    """The sentences of one language: its words, separator and sentence end."""
+
+    def __init__(self, spec: LanguageSpec):
+        block = spec.prompts_for(PROMPT_BLOCK)
+        words = block.get("words")
+        if words:
+            if isinstance(words, str) or not all(isinstance(w, str) and w for w in words):
+                raise UserError(
+                    f"language.prompts.reverse_text.words: expected a list of words, got {words!r}"
+                )
+            self.words: list[str] = list(words)
+        else:
+            self.words = list(lorem_words(str(block["faker_locale"])))
+        self.separator = str(block.get("word_separator", " "))
+        self.end = str(block.get("sentence_end", "."))
+
+    def sentence(self, rng: random.Random, count: int) -> str:
+        """`count` random words: the first capitalised (where the script has case), then the end."""
+        text = self.separator.join(rng.choice(self.words) for _ in range(count))
+        return text[:1].upper() + text[1:] + self.end
 
 
 class ReverseTextEnv(Environment):
     name = "reverse_text"
+    #: tags whose content is the answer's data (reversed text), not prose: the
+    #: language-consistency reward leaves it out
+    answer_tags = ("answer",)
 
     def __init__(
         self,
@@ -55,15 +104,14 @@ class ReverseTextEnv(Environment):
         seed: int = 0,
         num_train_examples: int = 1000,
         num_eval_examples: int = 100,
-        language: str = "en",
+        language: Any = "en",
         name: str | None = None,
     ):
         super().__init__(seed, num_train_examples, num_eval_examples, language, name)
-        self.prompts = localized(PROMPTS, language, self.name)
         self.min_words = int_arg("min_words", min_words, minimum=1)
         self.max_words = int_arg("max_words", max_words, minimum=self.min_words)
-        lorem = importlib.import_module(f"faker.providers.lorem.{self.prompts['faker_locale']}").Provider
-        self.words: list[str] = list(lorem.word_list)
+        # every language rows can be in, checked now (language=mix: each member)
+        self.texts = {spec.code: TextSource(spec) for spec in self.language_specs()}
         self.parser = XMLParser(answer_tag="answer", optional_tags=["think"])
         self.rubric = Rubric(
             [
@@ -72,21 +120,22 @@ class ReverseTextEnv(Environment):
             ]
         )
 
-    def make_text(self, rng: random.Random) -> str:
-        """One sentence: capitalised first word, single spaces, a final period."""
-        words = [rng.choice(self.words) for _ in range(rng.randint(self.min_words, self.max_words))]
-        return " ".join(words)[:1].upper() + " ".join(words)[1:] + "."
+    def make_text(self, rng: random.Random, language: LanguageSpec | None = None) -> str:
+        """One sentence of the language (the env's own by default)."""
+        spec = language or self.spec
+        return self.texts[spec.code].sentence(rng, rng.randint(self.min_words, self.max_words))
 
     def make_row(self, rng: random.Random, index: int, split: str) -> Row:
-        text = self.make_text(rng)
+        spec = self.row_spec(split, index)
+        text = self.make_text(rng, spec)
         return Row(
             id=index,
             prompt=[
-                {"role": "system", "content": self.prompts["system"]},
-                {"role": "user", "content": self.prompts["user"].format(text=text)},
+                {"role": "system", "content": spec.prompt(PROMPT_BLOCK, "system")},
+                {"role": "user", "content": spec.prompt(PROMPT_BLOCK, "user", text=text)},
             ],
             info={"text": text, "answer": reverse(text)},
-            language=self.language,
+            language=spec.code,
         )
 
     def reference_completion(self, row: Row) -> Messages:

@@ -4,6 +4,7 @@
 
 - hf: transformers `generate()` on the policy, token-level (ids, env mask, logprobs).
 - openai: any OpenAI-compatible /v1/chat/completions endpoint, text-level, evaluation only.
+- vllm_colocate / vllm_server: vLLM (GPU), token-level (grpo/generation/vllm.py).
 
 A new backend is a factory `(gen_cfg, model, tokenizer, model_cfg) -> backend` registered with
 `register_backend(name, factory)` (see grpo/generation/base.py for the protocol). Importing this
@@ -86,8 +87,25 @@ def _openai_factory(gen_cfg: Any, model: Any, tokenizer: Any, model_cfg: Any) ->
     )
 
 
-# backend name -> factory; the vLLM backends register here too
-BACKENDS: dict[str, BackendFactory] = {"hf": _hf_factory, "openai": _openai_factory}
+def _vllm_colocate_factory(gen_cfg: Any, model: Any, tokenizer: Any, model_cfg: Any) -> GenerationBackend:
+    from grpo.generation.vllm import make_colocate_backend
+
+    return make_colocate_backend(gen_cfg, model, tokenizer, model_cfg)
+
+
+def _vllm_server_factory(gen_cfg: Any, model: Any, tokenizer: Any, model_cfg: Any) -> GenerationBackend:
+    from grpo.generation.vllm import make_server_backend
+
+    return make_server_backend(gen_cfg, model, tokenizer, model_cfg)
+
+
+# backend name -> factory (each imports its heavy modules only when it runs)
+BACKENDS: dict[str, BackendFactory] = {
+    "hf": _hf_factory,
+    "openai": _openai_factory,
+    "vllm_colocate": _vllm_colocate_factory,
+    "vllm_server": _vllm_server_factory,
+}
 
 # vLLM backends (GPU only, grpo/generation/vllm.py): light to import, vllm loads when one is built
 from grpo.generation.vllm import make_colocate_backend, make_server_backend  # noqa: E402
@@ -119,12 +137,16 @@ def check_generation_config(gen_cfg: Any) -> None:
     Light (no heavy import); make_backend runs it, and so can the config check."""
     name = _get(gen_cfg, "backend")
     if name not in BACKENDS:
-        raise UserError(f"generation.backend={name!r} is not available; choose one of: {', '.join(sorted(BACKENDS))}")
+        raise UserError(
+            f"generation.backend={name!r} is not available; choose one of: {', '.join(sorted(BACKENDS))}"
+        )
     per_turn = _get(gen_cfg, "max_tokens_per_turn", 128)
     if isinstance(per_turn, bool) or not isinstance(per_turn, int) or per_turn < 1:
         raise UserError(f"generation.max_tokens_per_turn={per_turn} must be an integer >= 1 (e.g. 128)")
     batch_size = _get(gen_cfg, "batch_size")
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
         raise UserError(
             f"generation.batch_size={batch_size} must be >= 1 (conversations per generate call) "
             f"or null (all active conversations at once)"
@@ -134,10 +156,14 @@ def check_generation_config(gen_cfg: Any) -> None:
     for key in ("base_url", "model"):
         if not _get(gen_cfg, key):
             example = "http://127.0.0.1:8000/v1" if key == "base_url" else "<served model name>"
-            raise UserError(f"generation.{key} is required for generation=openai: set generation.{key}={example}")
+            raise UserError(
+                f"generation.{key} is required for generation=openai: set generation.{key}={example}"
+            )
     base_url = str(_get(gen_cfg, "base_url"))
     if not base_url.startswith(("http://", "https://")):
-        raise UserError(f"generation.base_url={base_url!r} must be an http(s) URL such as http://127.0.0.1:8000/v1")
+        raise UserError(
+            f"generation.base_url={base_url!r} must be an http(s) URL such as http://127.0.0.1:8000/v1"
+        )
     concurrency = _get(gen_cfg, "max_concurrency", 32)
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise UserError(f"generation.max_concurrency={concurrency} must be an integer >= 1")
@@ -150,7 +176,9 @@ def check_generation_config(gen_cfg: Any) -> None:
     api_key(gen_cfg)
 
 
-def make_backend(gen_cfg: Any, model: Any = None, tokenizer: Any = None, model_cfg: Any = None) -> GenerationBackend:
+def make_backend(
+    gen_cfg: Any, model: Any = None, tokenizer: Any = None, model_cfg: Any = None
+) -> GenerationBackend:
     """The generation backend `gen_cfg` (the `generation` config group) asks for.
 
     hf uses `model` / `tokenizer` when given (the policy being trained), else loads them from

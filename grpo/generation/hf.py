@@ -63,7 +63,9 @@ class HFBackend:
     def render(self, messages: Messages, add_generation_prompt: bool) -> str:
         from grpo.models import render_chat
 
-        return render_chat(self.tokenizer, messages, self.model_cfg, add_generation_prompt=add_generation_prompt)
+        return render_chat(
+            self.tokenizer, messages, self.model_cfg, add_generation_prompt=add_generation_prompt
+        )
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -94,7 +96,9 @@ class HFBackend:
             with torch.no_grad(), _seeded(sampling.seed, self._device):
                 for start in range(0, len(order), size):
                     chunk = order[start : start + size]
-                    for i, result in zip(chunk, self._generate_chunk([requests[i] for i in chunk], sampling)):
+                    for i, result in zip(
+                        chunk, self._generate_chunk([requests[i] for i in chunk], sampling), strict=True
+                    ):
                         results[i] = result
         finally:
             if was_training:
@@ -165,7 +169,9 @@ class HFBackend:
             use_cache=True,
         )
         if not sampling.greedy:  # sampling-only flags (setting them for greedy decoding only warns)
-            fields.update(temperature=1.0, top_k=0, top_p=1.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0)
+            fields.update(
+                temperature=1.0, top_k=0, top_p=1.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0
+            )
             if getattr(self.model.generation_config, "min_p", None) is not None:
                 fields["min_p"] = 0.0
         return GenerationConfig(**fields)
@@ -182,7 +188,9 @@ def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     if not ids:
-        raise ValueError("the model has no EOS token: set generation_config.eos_token_id or the tokenizer's eos")
+        raise ValueError(
+            "the model has no EOS token: set generation_config.eos_token_id or the tokenizer's eos"
+        )
     return frozenset(ids)
 
 

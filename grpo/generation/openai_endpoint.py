@@ -69,7 +69,10 @@ class OpenAIBackend:
         semaphore = asyncio.Semaphore(self.max_concurrency)
         # A client per call: its connection pool belongs to this call's event loop.
         async with openai.AsyncOpenAI(
-            base_url=self.base_url, api_key=self._api_key, timeout=self.timeout_s, max_retries=self.max_retries
+            base_url=self.base_url,
+            api_key=self._api_key,
+            timeout=self.timeout_s,
+            max_retries=self.max_retries,
         ) as client:
             tasks = [asyncio.ensure_future(self._one(client, semaphore, r, sampling)) for r in requests]
             try:
@@ -82,7 +85,11 @@ class OpenAIBackend:
                 raise
 
     async def _one(
-        self, client: openai.AsyncOpenAI, semaphore: asyncio.Semaphore, request: GenRequest, sampling: Sampling
+        self,
+        client: openai.AsyncOpenAI,
+        semaphore: asyncio.Semaphore,
+        request: GenRequest,
+        sampling: Sampling,
     ) -> GenResult:
         params: dict[str, Any] = {
             "model": self.model,
@@ -101,7 +108,9 @@ class OpenAIBackend:
             except openai.OpenAIError as exc:
                 raise self._user_error(exc) from exc
         if not response.choices:
-            raise UserError(f"generation.base_url={self.base_url}: the endpoint returned no choices for a chat request")
+            raise UserError(
+                f"generation.base_url={self.base_url}: the endpoint returned no choices for a chat request"
+            )
         choice = response.choices[0]
         text = choice.message.content if choice.message is not None else None
         usage = getattr(response, "usage", None)

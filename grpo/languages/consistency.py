@@ -7,7 +7,9 @@ Counting:
   symbols are no words.
 - Left out before counting: code (``` fences and `inline` spans), XML-like tags (<answer>, the
   tag only: its content counts), LaTeX commands (\\boxed), URLs, and the caller's `ignore`
-  strings (the task's names, format tokens such as `// new name!`).
+  strings (the task's names, format tokens such as `// new name!`). The content of the caller's
+  `tags` goes too: blocks that hold the task's data rather than prose (alphabet_sort's name lists,
+  reverse_text's reversed text, which is no language at all).
 - A word of a script the language is not written in counts against it (English in a Chinese
   answer, kana in a Chinese answer, Cyrillic in a German one).
 - Latin-script languages (en de es fr sv) share their script, so Latin words are attributed by an
@@ -57,20 +59,23 @@ _KANA_RE = re.compile(f"{WORD_RES['Hiragana'].pattern}|{WORD_RES['Katakana'].pat
 _HAN_RE = WORD_RES["Han"]
 
 
-def language_consistency(text: Any, spec: LanguageSpec, ignore: Iterable[str] = ()) -> float:
+def language_consistency(
+    text: Any, spec: LanguageSpec, ignore: Iterable[str] = (), tags: Iterable[str] = ()
+) -> float:
     """The share, in [0, 1], of the words of `text` that are in `spec`'s language. `ignore`:
-    strings left out before counting (names, format tokens). 0.0 when nothing is countable."""
+    strings left out before counting (names, format tokens); `tags`: tag names whose complete
+    <tag>...</tag> blocks are left out with their content. 0.0 when nothing is countable."""
     try:
-        return _consistency(text, spec, ignore)
+        return _consistency(text, spec, ignore, tags)
     except Exception:  # the reward contract: garbage in, a number out
         log.debug("language_consistency failed", exc_info=True)
         return 0.0
 
 
-def _consistency(text: Any, spec: LanguageSpec, ignore: Iterable[str]) -> float:
+def _consistency(text: Any, spec: LanguageSpec, ignore: Iterable[str], tags: Iterable[str]) -> float:
     if not isinstance(text, str) or not text or spec.is_mix:
         return 0.0
-    text = strip_uncounted(text, ignore)
+    text = strip_uncounted(text, ignore, tags)
     if spec.needs_language_id:
         target, total = _latin_counts(text, spec)
     else:
@@ -80,9 +85,12 @@ def _consistency(text: Any, spec: LanguageSpec, ignore: Iterable[str]) -> float:
     return min(1.0, max(0.0, target / total))
 
 
-def strip_uncounted(text: str, ignore: Iterable[str] = ()) -> str:
-    """`text` without code, tags, LaTeX commands, URLs and the `ignore` strings (each replaced by a
-    space so that words on either side stay apart). Names are removed as written and lower-cased."""
+def strip_uncounted(text: str, ignore: Iterable[str] = (), tags: Iterable[str] = ()) -> str:
+    """`text` without the `tags` blocks (content included), code, tags, LaTeX commands, URLs and
+    the `ignore` strings (each replaced by a space so that words on either side stay apart). Names
+    are removed as written and lower-cased."""
+    for tag in tags:
+        text = _drop_blocks(text, tag)
     if "`" in text or "<" in text or "\\" in text:
         text = _MARKUP_RE.sub(" ", text)
     if "://" in text:
@@ -95,6 +103,24 @@ def strip_uncounted(text: str, ignore: Iterable[str] = ()) -> str:
         if lower != phrase and lower in text:
             text = text.replace(lower, " ")
     return text
+
+
+def _drop_blocks(text: str, tag: str) -> str:
+    """`text` with every complete <tag>...</tag> block made a space. str.find, linear time (a lazy
+    regex is quadratic on many unclosed open tags); an unclosed block stays."""
+    open_tag, close_tag = f"<{tag}>", f"</{tag}>"
+    if open_tag not in text:
+        return text
+    parts: list[str] = []
+    pos = 0
+    while (start := text.find(open_tag, pos)) >= 0:
+        end = text.find(close_tag, start + len(open_tag))
+        if end < 0:
+            break
+        parts += [text[pos:start], " "]
+        pos = end + len(close_tag)
+    parts.append(text[pos:])
+    return "".join(parts)
 
 
 def _other_words(text: str, scripts: tuple[str, ...]) -> int:
@@ -179,16 +205,21 @@ def _strings(value: Any) -> list[str]:
 
 
 def make_consistency_reward(
-    spec: LanguageSpec, weight: float | None = None, ignore: Iterable[str] = DEFAULT_IGNORE
+    spec: LanguageSpec,
+    weight: float | None = None,
+    ignore: Iterable[str] = DEFAULT_IGNORE,
+    tags: Iterable[str] = (),
 ) -> Any:
     """The reward as a grpo.envs.base.RewardFunc named "language_consistency" (weight: the
     language config's consistency_weight unless given). Its fn(completion=, info=, language=, ...)
     scores the assistant turns in the row's language: `language=` or info["language"] when
     given (language=mix needs one of them), else the spec's own; the strings under info's
-    "names", "turn_names" and "ignore" keys are left out, as are `ignore`."""
+    "names", "turn_names" and "ignore" keys are left out, as are `ignore` and the blocks of
+    `tags` (an environment's `answer_tags`: its answers' data, not prose)."""
     from grpo.envs.base import RewardFunc
 
     fixed = tuple(ignore)
+    tag_names = tuple(tags)
     weight = spec.consistency_weight if weight is None else float(weight)
     members = [get_spec(code) for code in spec.mix] if spec.is_mix else [spec]
     if weight > 0 and any(s.needs_language_id for s in members):
@@ -204,7 +235,7 @@ def make_consistency_reward(
         if row_spec is None:
             return 0.0
         names = [s for key in INFO_IGNORE_KEYS for s in _strings(info.get(key))]
-        return language_consistency(completion_text(completion), row_spec, fixed + tuple(names))
+        return language_consistency(completion_text(completion), row_spec, fixed + tuple(names), tag_names)
 
     return RewardFunc(REWARD_NAME, language_consistency_reward, weight)
 

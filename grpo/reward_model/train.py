@@ -189,6 +189,8 @@ def reward_config(cfg: Any, output_dir: Path) -> Any:
         "max_length": None,  # sequences are already fitted to backbone.max_length
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
+        "train_sampling_strategy": "group_by_length",
+        "length_column_name": "length",
     }
     extra = dict(_plain(tr.extra) or {})
     fixed = sorted(k for k in extra if k in _FIXED_ARGS)
@@ -254,7 +256,12 @@ def _dataset(pairs: Sequence[PreferencePair], encoder: Any, heads: dict[str, int
     languages = [p.language for p in pairs]
     chosen = encoder.encode([p.prompt for p in pairs], [p.chosen for p in pairs], languages)
     rejected = encoder.encode([p.prompt for p in pairs], [p.rejected for p in pairs], languages)
-    columns: dict[str, Any] = {"chosen_ids": chosen, "rejected_ids": rejected}
+    columns: dict[str, Any] = {
+        "chosen_ids": chosen,
+        "rejected_ids": rejected,
+        # tokens of the pair: batches of similar length pad little (train_sampling_strategy below)
+        "length": [len(c) + len(r) for c, r in zip(chosen, rejected, strict=True)],
+    }
     if heads is not None:
         columns["language_id"] = [heads[lang] for lang in languages]
     return Dataset.from_dict(columns)

@@ -91,9 +91,10 @@ def _as_messages(completion: Any) -> list[dict[str, Any]]:
     return [{"role": "assistant", "content": completion if isinstance(completion, str) else ""}]
 
 
-def rubric_reward_funcs(funcs: Sequence[RewardFunc]) -> tuple[list[RubricReward], list[float]]:
+def rubric_reward_funcs(funcs: Sequence[RewardFunc]) -> tuple[list[Any], list[float]]:
     """TRL reward functions and their weights for rubric functions (names must be unique:
-    they become metric names)."""
+    they become metric names). A function that is already a batched TRL reward function
+    (`fn.trl_batched`, e.g. a learned reward model) is passed through as is."""
     names = [f.name for f in funcs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -102,4 +103,5 @@ def rubric_reward_funcs(funcs: Sequence[RewardFunc]) -> tuple[list[RubricReward]
         raise UserError(
             f"reward function names must be unique (they become metric names), repeated: {', '.join(duplicates)}"
         )
-    return [RubricReward(f) for f in funcs], [float(f.weight) for f in funcs]
+    adapters = [f.fn if getattr(f.fn, "trl_batched", False) else RubricReward(f) for f in funcs]
+    return adapters, [float(f.weight) for f in funcs]

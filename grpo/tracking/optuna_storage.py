@@ -8,6 +8,7 @@ version in one committed transaction first lets the stock RDBStorage run unchang
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ def rdb_storage(url: str) -> Any:
     import sqlalchemy
     from optuna.storages._rdb import models
 
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # no migration chatter in the sweep log
     db = sqlite_path(url)
     if db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)

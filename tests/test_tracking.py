@@ -3,10 +3,12 @@ artifacts, plots, resume, failures, several writer processes, tracking=none."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -373,9 +375,13 @@ def mlflow_server(tmp_path) -> Iterator[str]:
     ]
     cmd += ["--backend-store-uri", f"sqlite:///{server_dir / 'server.db'}"]
     cmd += ["--artifacts-destination", str(server_dir / "artifacts")]
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    # no background job runner: it would start 7 worker processes this test does not need
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     with (server_dir / "server.log").open("w") as log:
-        proc = subprocess.Popen(cmd, cwd=server_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
+        # its own process group, so teardown stops the server's worker processes too
+        proc = subprocess.Popen(
+            cmd, cwd=server_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 180
@@ -393,11 +399,14 @@ def mlflow_server(tmp_path) -> Iterator[str]:
                 time.sleep(0.5)
             yield url
         finally:
-            proc.terminate()
+            os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=20)
 
 
 @pytest.mark.slow

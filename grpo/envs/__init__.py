@@ -96,11 +96,11 @@ def _composed_language(env_cfg: Any) -> Any:
     """The `language` group of the composed config `env_cfg` is part of, else "en"."""
     from omegaconf import DictConfig
 
+    # OmegaConf has no public parent accessor; _get_root is what its own interpolation uses
     root = env_cfg._get_root() if isinstance(env_cfg, DictConfig) else None
-    if root is None or root is env_cfg or "language" not in root:
+    if not isinstance(root, DictConfig) or root is env_cfg or "language" not in root:
         return "en"
-    node = root._get_node("language")
-    return root.language if isinstance(node, DictConfig) else "en"
+    return root.language if isinstance(root._get_node("language"), DictConfig) else "en"
 
 
 def _language_value(value: Any) -> Any:

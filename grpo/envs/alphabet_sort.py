@@ -39,7 +39,7 @@ from grpo.envs.base import (
 )
 from grpo.envs.names import NameSource, as_names, load_names, make_name_source
 from grpo.errors import UserError
-from grpo.languages.collation import sort_names
+from grpo.languages.collation import sort_names as collation_sorted
 from grpo.languages.names import Name
 
 if TYPE_CHECKING:
@@ -103,8 +103,7 @@ def turn_scores(completion: Any, info: dict[str, Any], power: float) -> list[flo
 class AlphabetSortEnv(Environment):
     name = "alphabet_sort"
     multi_turn = True
-    #: tags whose content is the answer's data (names), not prose: the language-consistency
-    #: reward leaves it out
+    # the name lists are data, not prose (see Environment.answer_tags)
     answer_tags = (FIRST_TAG, COMBINED_TAG)
 
     def __init__(
@@ -158,7 +157,7 @@ class AlphabetSortEnv(Environment):
         """Names in the language's alphabetical order (English: code-point order of the whole
         joined name, as 0.1.5; ja: the kana reading in gojūon order)."""
         spec = self._language(language)
-        return [n.text for n in sort_names(self._as_names(names, spec), spec)]
+        return [n.text for n in collation_sorted(self._as_names(names, spec), spec)]
 
     @staticmethod
     def _as_names(names: Sequence[str | Name], spec: LanguageSpec) -> list[Name]:
@@ -206,7 +205,7 @@ class AlphabetSortEnv(Environment):
             seen.extend(named)
             new = {n.text for n in named} if turn > 1 else set()
             out.append(
-                [n.text + NEW_NAME_SUFFIX if n.text in new else n.text for n in sort_names(seen, spec)]
+                [n.text + NEW_NAME_SUFFIX if n.text in new else n.text for n in collation_sorted(seen, spec)]
             )
         return out
 

@@ -273,6 +273,9 @@ class Environment:
     max_turns: int = 1
     #: True when env_response can continue the episode after a model turn
     multi_turn: bool = False
+    #: tags whose content is the task's data (sorted names, reversed text), not prose: the
+    #: language-consistency reward leaves those blocks out
+    answer_tags: tuple[str, ...] = ()
 
     def __init__(
         self,

@@ -93,8 +93,7 @@ class TextSource:
 
 class ReverseTextEnv(Environment):
     name = "reverse_text"
-    #: tags whose content is the answer's data (reversed text), not prose: the
-    #: language-consistency reward leaves it out
+    # the reversed text is data, not prose (see Environment.answer_tags)
     answer_tags = ("answer",)
 
     def __init__(

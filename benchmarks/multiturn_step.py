@@ -2,12 +2,12 @@
 at a time, side by side.
 
 Both sides run grpo.train.train on the tiny model with the same config (16 completions per step =
-4 prompts x 4, three turns per episode); the only difference is the hf backend's
+4 prompts x 4, three turns per episode, up to 64 new tokens per model turn); the only difference is the hf backend's
 `generation.batch_size`: null sends every active conversation of a turn to ONE generate call,
 1 generates the conversations one after the other. Runs alternate in one process; a side's cost
 is its best run's median seconds per optimizer step (first step excluded). Target: >= 3x.
 
-    python benchmarks/multiturn_step.py [--steps 6] [--rounds 2]
+    python benchmarks/multiturn_step.py [--steps 4] [--rounds 2]
 
 Last line: `ratio: X` (one-at-a-time s/step / batched s/step).
 """
@@ -33,7 +33,7 @@ COMMON = [
     "trainer.per_device_batch_completions=16",
     "trainer.beta=0",
     "trainer.max_completion_length=1024",
-    "generation.max_tokens_per_turn=32",
+    "generation.max_tokens_per_turn=64",
     "trainer.save_steps=100000",
 ]
 
@@ -59,7 +59,7 @@ def seconds_per_step(cfg, env, out: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=6, help="optimizer steps per run")
+    parser.add_argument("--steps", type=int, default=4, help="optimizer steps per run")
     parser.add_argument("--rounds", type=int, default=2, help="alternating (batched, one-at-a-time) pairs")
     args = parser.parse_args()
 

@@ -149,6 +149,8 @@ class RewardModelTrainingConfig:
     # optimizer steps between logged training metrics (rm/train/...)
     logging_steps: int = 10
     bf16: bool = False
+    # recompute activations in the backward pass: less memory, ~20-30% slower (large backbones)
+    activation_checkpointing: bool = False
     # completions per forward pass when scoring (held-out accuracy, calibration, GRPO rewards)
     score_batch_size: int = 64
     # any other trl.RewardConfig field, passed through as is

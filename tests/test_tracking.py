@@ -204,6 +204,7 @@ def test_resume_continues_the_same_run(root):
     first = make_tracker(cfg, first_dir)
     with pytest.raises(RuntimeError), first:  # the first run dies after two steps
         first.log_config(cfg)
+        first.log_eval("baseline", _eval_result(first_dir / "ev", "baseline", [0.1, 0.3]), step=0)
         callback = first.trainer_callback()
         _train_log(callback, 1, 0.1, 0.0)
         _train_log(callback, 2, 0.2, 0.0)
@@ -213,6 +214,7 @@ def test_resume_continues_the_same_run(root):
     second = make_tracker(resumed_cfg, root / "runs" / "second")
     with second:
         second.log_config(resumed_cfg)
+        second.log_eval("baseline", _eval_result(root / "ev2", "baseline", [0.1, 0.3]), step=0)
         callback = second.trainer_callback()
         _train_log(callback, 3, 0.3, 0.0)
         _train_log(callback, 4, 0.4, 0.0)
@@ -228,6 +230,9 @@ def test_resume_continues_the_same_run(root):
         first_dir
     )
     assert len(client.search_runs([run.info.experiment_id])) == 1
+    # the re-run baseline evaluation does not append its samples a second time
+    table = Path(client.download_artifacts(run.info.run_id, "eval/baseline/samples.json", str(root / "dl")))
+    assert len(json.loads(table.read_text())["data"]) == 2
 
 
 def test_tracking_none_creates_no_store(tmp_path):

@@ -200,7 +200,9 @@ def add_language_tags(tokenizer: PreTrainedTokenizerBase, languages: Sequence[st
     from tokenizers import AddedToken
 
     tags = [lang_tag(code) for code in languages]
-    return tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in tags], special_tokens=True)
+    return tokenizer.add_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in tags], special_tokens=True
+    )
 
 
 def _load_pretrained(backbone_cfg: Any, num_labels: int, dtype: Any, seed: int) -> PreTrainedModel:
@@ -271,8 +273,11 @@ def load_reward_model(
     root = check_checkpoint_dir(path, field_name)
     try:
         meta = RMMeta.load(root)
-    except (ValueError, TypeError, KeyError) as ex:
-        raise UserError(f"{field_name}={path}: {META_FILE} is unreadable ({ex}); train the RM again") from None
+        calibration = Calibration.load(root / CALIBRATION_FILE)
+    except (OSError, ValueError, TypeError, KeyError) as ex:
+        raise UserError(
+            f"{field_name}={path}: unreadable reward model files ({ex}); train it again"
+        ) from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(root))
         model = AutoModelForSequenceClassification.from_pretrained(str(root))
@@ -287,8 +292,6 @@ def load_reward_model(
         model = wrap_language_heads(model, meta.languages)
     if device is not None:
         model = model.to(device)
-    try:
-        calibration = Calibration.load(root / CALIBRATION_FILE)
-    except (OSError, ValueError, TypeError, KeyError) as ex:
-        raise UserError(f"{field_name}={path}: {CALIBRATION_FILE} is missing or unreadable ({ex})") from None
-    return LoadedRewardModel(path=root, model=model.eval(), tokenizer=tokenizer, meta=meta, calibration=calibration)
+    return LoadedRewardModel(
+        path=root, model=model.eval(), tokenizer=tokenizer, meta=meta, calibration=calibration
+    )

@@ -21,6 +21,11 @@ from grpo.reward_model.backbone import lang_tag
 Messages = list[dict[str, str]]
 
 
+def _clean(text: str) -> str:
+    """Text any tokenizer accepts: lone surrogates (invalid UTF-16 halves) become U+FFFD."""
+    return text.encode("utf-8", errors="replace").decode("utf-8") if not text.isascii() else text
+
+
 def _message(m: Any, default_role: str) -> dict[str, str] | None:
     if isinstance(m, Mapping):
         role = m.get("role")
@@ -28,11 +33,11 @@ def _message(m: Any, default_role: str) -> dict[str, str] | None:
         if isinstance(content, list):  # multimodal-style parts: keep the text ones
             content = "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
         return {
-            "role": role if isinstance(role, str) and role else default_role,
-            "content": "" if content is None else str(content),
+            "role": _clean(role) if isinstance(role, str) and role else default_role,
+            "content": "" if content is None else _clean(str(content)),
         }
     if isinstance(m, str):
-        return {"role": default_role, "content": m}
+        return {"role": default_role, "content": _clean(m)}
     return None
 
 
@@ -41,7 +46,7 @@ def as_conversation(value: Any, default_role: str) -> Messages:
     if isinstance(value, (str, Mapping)):
         value = [value]
     if not isinstance(value, (list, tuple)):
-        return [{"role": default_role, "content": "" if value is None else str(value)}]
+        return [{"role": default_role, "content": "" if value is None else _clean(str(value))}]
     return [msg for m in value if (msg := _message(m, default_role)) is not None]
 
 
@@ -106,6 +111,43 @@ class SequenceEncoder:
         return ids[: self.n_head] + ids[end - tail : end] + ids[end:]
 
 
+# padded tokens per forward pass when scoring: long sequences go in smaller batches (attention
+# memory grows with batch x length^2), short ones in bigger batches
+TOKENS_PER_BATCH = 16384
+
+
+def length_batches(
+    lengths: Sequence[int], max_sequences: int, max_tokens: int = TOKENS_PER_BATCH
+) -> list[list[int]]:
+    """Indices grouped into batches of similar length, longest first (a batch that does not fit in
+    memory fails at once): at most `max_sequences` per batch and `max_tokens` padded tokens (a
+    sequence longer than that gets a batch of its own)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    batches: list[list[int]] = []
+    for i in order:
+        # the first (longest) sequence of a batch sets its width
+        if (
+            batches
+            and len(batches[-1]) < max_sequences
+            and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_tokens
+        ):
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def is_causal_classifier(model: Any) -> bool:
+    """A decoder-only classifier that pools its last non-pad token (Qwen, Llama, Mistral, ...):
+    with right padding, causal attention alone keeps pads out of every real position, so no
+    padding mask is needed (faster attention, identical scores)."""
+    from transformers.modeling_layers import GenericForSequenceClassification
+
+    from grpo.reward_model.backbone import inner_model
+
+    return isinstance(inner_model(model), GenericForSequenceClassification)
+
+
 def score_ids(
     model: Any,
     sequences: Sequence[Sequence[int]],
@@ -113,34 +155,33 @@ def score_ids(
     batch_size: int,
     head_ids: Sequence[int] | None = None,
 ) -> list[float]:
-    """One score per token sequence, batched by similar length, without gradients.
+    """One score per token sequence, in batches of similar length, without gradients.
     `head_ids`: the per-language head of each sequence (per-language heads models only)."""
     import torch
 
     if not sequences:
         return []
     device = next(model.parameters()).device
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]), reverse=True)
+    causal = is_causal_classifier(model)
     scores = [0.0] * len(sequences)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                chunk = order[start : start + batch_size]
-                width = max(len(sequences[i]) for i in chunk)
+            for chunk in length_batches([len(s) for s in sequences], max(1, int(batch_size))):
+                width = len(sequences[chunk[0]])
                 input_ids = torch.full((len(chunk), width), pad_token_id, dtype=torch.long)
                 attention = torch.zeros((len(chunk), width), dtype=torch.long)
                 for row, i in enumerate(chunk):
                     seq = sequences[i]
                     input_ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
                     attention[row, : len(seq)] = 1
-                kwargs: dict[str, Any] = {}
+                kwargs: dict[str, Any] = {"use_cache": False}
+                if not causal:
+                    kwargs["attention_mask"] = attention.to(device)
                 if head_ids is not None:
                     kwargs["language_ids"] = torch.tensor([head_ids[i] for i in chunk], device=device)
-                logits = model(
-                    input_ids=input_ids.to(device), attention_mask=attention.to(device), use_cache=False, **kwargs
-                ).logits
+                logits = model(input_ids=input_ids.to(device), **kwargs).logits
                 values = logits[:, 0].float().cpu().tolist()
                 for i, value in zip(chunk, values, strict=True):
                     scores[i] = float(value)

@@ -135,7 +135,11 @@ def corrupt_turn(text: str, kind: str, severity: float, rng: random.Random) -> s
 
 
 def corrupt_episode(
-    completion: Messages, kind: str, severity: float, rng: random.Random, other_language: Messages | None = None
+    completion: Messages,
+    kind: str,
+    severity: float,
+    rng: random.Random,
+    other_language: Messages | None = None,
 ) -> Messages | None:
     """A corrupted copy of an episode; `other_language` is the replacement for kind=language."""
     if kind == "language":

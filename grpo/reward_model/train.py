@@ -21,6 +21,7 @@ this dir, so a later train stage of the same run scores with the fresh RM.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -43,7 +44,14 @@ from grpo.reward_model.data import PreferencePair, languages_of, load_pairs, spl
 
 METRIC_PREFIX = "rm/"
 # RewardConfig fields the stage decides (reward_model.training.extra may not override them)
-_FIXED_ARGS = ("output_dir", "report_to", "save_strategy", "eval_strategy", "remove_unused_columns", "max_length")
+_FIXED_ARGS = (
+    "output_dir",
+    "report_to",
+    "save_strategy",
+    "eval_strategy",
+    "remove_unused_columns",
+    "max_length",
+)
 
 
 @dataclass
@@ -120,13 +128,17 @@ def pair_metrics(chosen: Sequence[float], rejected: Sequence[float], languages: 
 class PairScorer:
     """Scores both completions of pairs with an in-memory model (held-out accuracy, calibration)."""
 
-    def __init__(self, model: Any, encoder: Any, languages: Sequence[str], per_language_heads: bool, batch_size: int):
+    def __init__(
+        self, model: Any, encoder: Any, languages: Sequence[str], per_language_heads: bool, batch_size: int
+    ):
         self.model = model
         self.encoder = encoder
         self.heads = {lang: i for i, lang in enumerate(languages)} if per_language_heads else None
         self.batch_size = batch_size
 
-    def score(self, prompts: Sequence[Any], completions: Sequence[Any], languages: Sequence[str]) -> list[float]:
+    def score(
+        self, prompts: Sequence[Any], completions: Sequence[Any], languages: Sequence[str]
+    ) -> list[float]:
         from grpo.reward_model.scoring import score_ids
 
         ids = self.encoder.encode(prompts, completions, languages)
@@ -180,7 +192,8 @@ def reward_config(cfg: Any, output_dir: Path) -> Any:
         else float(tr.center_rewards_coefficient),
         "logging_steps": int(tr.logging_steps),
         "bf16": bool(tr.bf16),
-        "gradient_checkpointing": False,  # TRL's default is on; tiny and CPU runs do not need it
+        # TRL turns gradient checkpointing on by default (transformers 5 name: activation_checkpointing)
+        "activation_checkpointing": bool(tr.activation_checkpointing),
         "seed": int(cfg.reward_model.data.seed),
         "report_to": "none",  # the tracker gets metrics through our callback
         "save_strategy": "no",  # the stage saves the final model itself, with its calibration
@@ -189,6 +202,7 @@ def reward_config(cfg: Any, output_dir: Path) -> Any:
         "max_length": None,  # sequences are already fitted to backbone.max_length
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
+        "dataloader_pin_memory": False,
         "train_sampling_strategy": "group_by_length",
         "length_column_name": "length",
     }
@@ -233,10 +247,16 @@ def _callbacks(tracker: Any) -> list[Any]:
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if not logs or not state.is_world_process_zero:
                 return
-            numbers = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            numbers = {
+                k: float(v)
+                for k, v in logs.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
             if tracker is not None and numbers:
                 try:
-                    tracker.log_metrics({f"{METRIC_PREFIX}train/{k}": v for k, v in numbers.items()}, state.global_step)
+                    tracker.log_metrics(
+                        {f"{METRIC_PREFIX}train/{k}": v for k, v in numbers.items()}, state.global_step
+                    )
                 except Exception as ex:  # noqa: BLE001 - tracking must not kill training
                     print(f"[reward_model] warning: metrics not logged: {ex}", file=sys.stderr)
             if "loss" in numbers:
@@ -333,6 +353,8 @@ def train_reward_model(cfg: Any, out_dir: str | os.PathLike[str], tracker: Any =
     trainer.remove_callback(PrinterCallback)  # RMLog prints a compact line instead
     trainer.train()
     model = trainer.model
+    with contextlib.suppress(OSError):
+        (out / "trainer").rmdir()  # save_strategy=no leaves TRL's output dir empty
     step = int(trainer.state.global_step)
 
     scorer.model = model

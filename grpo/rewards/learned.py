@@ -76,7 +76,9 @@ class RewardModelScorer:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.rm = load_reward_model(path, field, device=device)
         meta = self.rm.meta
-        self.encoder = SequenceEncoder(self.rm.tokenizer, meta.max_length, meta.tag_token, meta.chat_template_kwargs)
+        self.encoder = SequenceEncoder(
+            self.rm.tokenizer, meta.max_length, meta.tag_token, meta.chat_template_kwargs
+        )
         self.heads = {lang: i for i, lang in enumerate(meta.languages)} if meta.per_language_heads else None
         self.batch_size = int(batch_size)
 
@@ -85,7 +87,9 @@ class RewardModelScorer:
         """Languages the model can score: trained on and calibrated."""
         return [lang for lang in self.rm.meta.languages if lang in self.rm.calibration.languages]
 
-    def raw(self, prompts: Sequence[Any], completions: Sequence[Any], languages: Sequence[str]) -> list[float | None]:
+    def raw(
+        self, prompts: Sequence[Any], completions: Sequence[Any], languages: Sequence[str]
+    ) -> list[float | None]:
         """Raw model scores (None for a language the model does not know)."""
         from grpo.reward_model.scoring import score_ids
 
@@ -107,7 +111,9 @@ class RewardModelScorer:
         """(raw - mean_lang) / std_lang with the model's own calibration."""
         raw = self.raw(prompts, completions, languages)
         cal = self.rm.calibration
-        return [None if s is None else cal.normalize_one(s, lang) for s, lang in zip(raw, languages, strict=True)]
+        return [
+            None if s is None else cal.normalize_one(s, lang) for s, lang in zip(raw, languages, strict=True)
+        ]
 
 
 class LearnedReward:
@@ -145,7 +151,9 @@ class LearnedReward:
             self._last_key = key
         return self._last
 
-    def combined(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+    def combined(
+        self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
         return combine_scores(self.member_scores(prompts, completions, **kwargs), self.combine, self.k)
 
 
@@ -165,7 +173,9 @@ class LearnedRewardFunc:
         what = "combined" if self.member is None else f"member {self.member}"
         return f"LearnedRewardFunc({self.__name__!r}, {what})"
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+    def __call__(
+        self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
+    ) -> list[float | None]:
         if self.member is None:
             return self.source.combined(prompts, completions, **kwargs)
         return list(self.source.member_scores(prompts, completions, **kwargs)[self.member])
@@ -188,7 +198,8 @@ def learned_reward_funcs(cfg: Any, device: Any = None) -> list[RewardFunc]:
         )
     batch_size = int(rm.training.score_batch_size)
     scorers = [
-        RewardModelScorer(path, f"reward_model.checkpoints[{i}]", batch_size, device) for i, path in enumerate(paths)
+        RewardModelScorer(path, f"reward_model.checkpoints[{i}]", batch_size, device)
+        for i, path in enumerate(paths)
     ]
     wanted = run_languages(cfg)
     for i, scorer in enumerate(scorers):

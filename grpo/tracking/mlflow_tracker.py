@@ -83,15 +83,12 @@ class MlflowTracker:
             self.resumed = True
             run = with_retry(self.client.get_run, run_id)
         else:
-            experiment_id = (
-                sweep.experiment_id
-                if sweep
-                else get_or_create_experiment(
-                    self.client,
-                    experiment_name(self.cfg),
-                    artifact_location(self.cfg, self.uri, experiment_name(self.cfg)),
-                )
-            )
+            if sweep is not None:  # the children of a sweep live in their parent's experiment
+                experiment_id = sweep.experiment_id
+            else:
+                name = experiment_name(self.cfg)
+                location = artifact_location(self.cfg, self.uri, name)
+                experiment_id = get_or_create_experiment(self.client, name, location)
             run = with_retry(
                 self.client.create_run,
                 experiment_id,
@@ -174,12 +171,15 @@ class MlflowTracker:
             if path is not None and Path(path).is_file():
                 self.log_artifact(Path(path), f"eval/{label}")
         limit = int(self.cfg.tracking.get("log_samples", 0) or 0)
+        table_file = f"eval/{label}/samples.json"
+        if self.resumed and any(
+            a.path == table_file for a in self.client.list_artifacts(self.run_id, f"eval/{label}")
+        ):
+            limit = 0  # a resumed run re-running an evaluation: log_table would append duplicate rows
         if limit > 0 and result.results_path is not None and Path(result.results_path).is_file():
             table = sample_table(Path(result.results_path), list(result.per_function), limit)
             if table["reward"]:
-                with_retry(
-                    self.client.log_table, self.run_id, data=table, artifact_file=f"eval/{label}/samples.json"
-                )
+                with_retry(self.client.log_table, self.run_id, data=table, artifact_file=table_file)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or a directory (its contents) as artifacts of the run."""

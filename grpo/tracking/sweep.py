@@ -1,10 +1,10 @@
 """The Hydra callback that gives every multirun sweep one MLflow parent run.
 
-Hydra calls it in the process that launches the jobs:
-- on_multirun_start: create the output root (Optuna's study database lives there too) and, with
-  tracking=mlflow, the parent run; its id goes to <sweep dir>/mlflow_sweep.json, where every job
-  (same process or a joblib worker) finds it and opens its own run as a child
+- on_multirun_start (the launching process): create the output root (Optuna's study database lives
+  there too) and, with tracking=mlflow, the parent run; its id goes to <sweep dir>/mlflow_sweep.json,
+  where every job (same process or a joblib worker) finds it and opens its own run as a child
   (tag mlflow.parentRunId, run name = the job's own overrides).
+- on_job_end (the job's process): a job that failed before its tracker started gets a FAILED child.
 - on_multirun_end, or at process exit when the sweeper raised: close the parent. Hydra 1.3's basic
   sweeper runs every job of a batch, then raises the first failed job's exception (and skips
   on_multirun_end); the Optuna sweeper records a failed trial and goes on while the failure rate

@@ -1,0 +1,137 @@
+"""The learned reward in GRPO, end to end: one run trains the reward model and then GRPO with it
+(stages=[reward_model,train]) logging both to MLflow; the reward TRL logs is the RM's normalised
+score of the real episodes, mixed with the rubric by weight."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+from mlflow import MlflowClient
+from transformers import TrainerCallback
+
+from grpo.cli import compose
+from grpo.envs import build_env
+from grpo.reward_model import META_FILE
+from grpo.rewards.learned import RewardModelScorer
+from grpo.stages import run_stages
+from grpo.tracking.store import metric_curve, tracking_uri
+from grpo.train import build_trainer
+
+pytestmark = pytest.mark.slow
+
+SMALL_RM = [
+    "env.max_turns=1",
+    "reward_model.data.synthetic.n=24",
+    "reward_model.training.max_steps=4",
+    "reward_model.training.logging_steps=2",
+]
+SMALL_GRPO = [
+    "trainer.num_generations=4",
+    "trainer.per_device_batch_completions=8",
+    "trainer.max_steps=2",
+    "trainer.save_steps=1000",
+    "trainer.beta=0",
+    "trainer.max_completion_length=24",
+    "generation.max_tokens_per_turn=24",
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """`python -m grpo +env=alphabet_sort stages=[reward_model,train] reward_model=learned ...`"""
+    root = tmp_path_factory.mktemp("e2e")
+    cfg = compose(
+        [
+            "+env=alphabet_sort",
+            "stages=[reward_model,train]",
+            "reward_model=learned",
+            *SMALL_RM,
+            *SMALL_GRPO,
+            "tracking=mlflow",
+            f"output_root={root}",
+        ]
+    )
+    run_dir = root / "runs" / "e2e"
+    run_stages(cfg, run_dir=run_dir)
+    return cfg, run_dir
+
+
+def test_one_run_trains_the_rm_then_grpo_with_it(run):
+    cfg, run_dir = run
+    rm_dir = run_dir / "reward_model"
+    assert (rm_dir / META_FILE).is_file()
+    assert list(cfg.reward_model.checkpoints) == [str(rm_dir.resolve())]
+    assert (run_dir / "checkpoints").is_dir()
+
+    client = MlflowClient(tracking_uri(cfg))
+    (experiment,) = [e for e in client.search_experiments() if e.name == "grpo-alphabet_sort"]
+    (mlrun,) = client.search_runs([experiment.experiment_id])
+    run_id = mlrun.info.run_id
+    assert mlrun.info.status == "FINISHED"
+    # the reward model stage: held-out accuracy at init and after its 4 steps
+    assert [s for s, _ in metric_curve(client, run_id, "rm/acc/en")] == [0, 4]
+    assert [s for s, _ in metric_curve(client, run_id, "rm/train/loss")] == [2, 4]
+    # GRPO: the learned reward and the rubric, each under its own name, every step
+    rm_reward = metric_curve(client, run_id, "train/rewards/reward_model/mean")
+    assert [s for s, _ in rm_reward] == [1, 2]
+    assert all(abs(v) < 20 for _, v in rm_reward)  # normalised scores, not raw logits
+    assert [s for s, _ in metric_curve(client, run_id, "train/rewards/alphabet_sort_reward/mean")] == [1, 2]
+
+
+class LogCapture(TrainerCallback):
+    def __init__(self):
+        self.logs: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "reward" in logs:
+            self.logs.append(dict(logs))
+
+
+def test_the_grpo_reward_is_the_normalised_rm_score_of_each_episode(run, tmp_path):
+    _, run_dir = run
+    rm_dir = run_dir / "reward_model"
+    cfg = compose(
+        [
+            "+env=alphabet_sort",
+            "stages=[train]",
+            "reward_model=learned",
+            f"reward_model.checkpoints=[{rm_dir}]",
+            "reward_model.weight=2.0",
+            "reward_model.rubric_weight=0.5",
+            # two-turn episodes: the RM reads the environment's turn between the model's two answers
+            "env.min_turns=2",
+            "env.max_turns=2",
+            *SMALL_GRPO,
+            "trainer.max_steps=1",
+            "trainer.max_completion_length=64",
+            "generation.max_tokens_per_turn=16",
+        ]
+    )
+    env = build_env(cfg.env)
+    logs = LogCapture()
+    bundle = build_trainer(cfg, env, tmp_path, callbacks=[logs])
+    assert bundle.trainer.reward_func_names == ["alphabet_sort_reward", "reward_model"]
+    assert bundle.trainer.reward_weights.tolist() == [0.5, 2.0]
+    bundle.trainer.train()
+    (log,) = logs.logs
+
+    rollouts = bundle.rollout.last_rollouts
+    assert len(rollouts) == 8 and all(len(r.completion) == 3 for r in rollouts)
+    scorer = RewardModelScorer(str(rm_dir), device="cpu")
+    expected = scorer.normalized(
+        [r.row.prompt for r in rollouts], [r.completion for r in rollouts], [r.row.language for r in rollouts]
+    )
+    assert log["rewards/reward_model/mean"] == pytest.approx(statistics.fmean(expected), abs=1e-4)
+    rubric = [env.rubric.total(env.score(r.row, r.completion, r.state)) for r in rollouts]
+    total = [0.5 * a + 2.0 * b for a, b in zip(rubric, expected, strict=True)]
+    assert log["reward"] == pytest.approx(statistics.fmean(total), abs=1e-4)

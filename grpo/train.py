@@ -148,6 +148,40 @@ def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path:
     )
 
 
+# settings that fix the data order and the batches: a resumed run should keep them
+RESUME_KEYS = (
+    "trainer.num_generations",
+    "trainer.per_device_batch_completions",
+    "trainer.gradient_accumulation_steps",
+    "trainer.num_iterations",
+    "trainer.seed",
+    "env._target_",
+    "env.seed",
+    "env.num_train_examples",
+)
+
+
+def resume_drift(cfg: Any, run_dir: str | os.PathLike[str]) -> list[str]:
+    """`key: before -> now` for every RESUME_KEYS setting that differs from the resumed run's
+    own config (<run_dir>/.hydra/config.yaml, written by Hydra); empty when it cannot be read."""
+    from omegaconf import OmegaConf
+
+    saved = Path(run_dir).expanduser() / ".hydra" / "config.yaml"
+    if not saved.is_file():
+        return []
+    try:
+        before = OmegaConf.load(saved)
+    except Exception:
+        return []
+    drift = []
+    for key in RESUME_KEYS:
+        old = OmegaConf.select(before, key, default=None, throw_on_resolution_failure=False)
+        new = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+        if old is not None and old != new:
+            drift.append(f"{key}: {old} -> {new}")
+    return drift
+
+
 def mark_checkpoint_complete(path: Path, global_step: int) -> None:
     """Flush every file of a finished checkpoint to disk, then write the marker atomically."""
     files = sorted(
@@ -501,8 +535,11 @@ def _check_gpu_requirements(cfg: Any) -> None:
         raise UserError(
             "optimizer=adamw_8bit needs a CUDA GPU (bitsandbytes 8-bit states): use optimizer=adamw on CPU"
         )
-    if cfg.generation.backend == "vllm_colocate" and not torch.cuda.is_available():
-        raise UserError("generation=vllm_colocate needs a CUDA GPU: use generation=hf on CPU")
+    if cfg.generation.backend in VLLM_MODES and not torch.cuda.is_available():
+        # colocate runs vLLM on this GPU; server mode pushes the weights to the server over NCCL
+        raise UserError(
+            f"generation={cfg.generation.backend} needs a CUDA GPU for training: use generation=hf on CPU"
+        )
 
 
 def _ensure_loadable(model: Any, tokenizer: Any, model_cfg: Any, run_dir: Path) -> None:
@@ -515,7 +552,9 @@ def _ensure_loadable(model: Any, tokenizer: Any, model_cfg: Any, run_dir: Path) 
     out = run_dir / INITIAL_MODEL_DIR
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+    # the reference copy is loaded from config._name_or_path, the vLLM engine from name_or_path
     model.config._name_or_path = str(out)
+    model.name_or_path = str(out)
 
 
 def _needs_model_path(cfg: Any, peft_config: Any) -> bool:
@@ -564,6 +603,14 @@ def build_trainer(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     resume_from = latest_checkpoint(cfg.resume) if cfg.get("resume") else None
+    if resume_from is not None:
+        drift = resume_drift(cfg, cfg.resume)
+        if drift:
+            print(
+                f"[train] warning: resuming with settings that differ from {cfg.resume} (the data order and "
+                f"batches will not continue exactly): {'; '.join(drift)}",
+                file=sys.stderr,
+            )
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's documented hook
 
     from grpo.models import load_policy, lora_config

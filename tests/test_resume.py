@@ -31,6 +31,7 @@ from grpo.train import (
     is_complete_checkpoint,
     latest_checkpoint,
     mark_checkpoint_complete,
+    resume_drift,
     train,
 )
 
@@ -102,6 +103,14 @@ def test_resume_after_sigkill_continues_at_the_same_step(tmp_path):
     assert latest_checkpoint(run1) == ckpt
 
     cfg = compose([*RUN, f"trainer.max_steps={step + 1}", f"resume={run1}", "trainer.log_completions=true"])
+    # same data-order settings as the killed run (read back from its .hydra/config.yaml)
+    assert resume_drift(cfg, run1) == []
+    changed = compose([*RUN, "seed=8", "trainer.num_generations=2", f"resume={run1}"])
+    assert resume_drift(changed, run1) == [
+        "trainer.num_generations: 4 -> 2",
+        "trainer.seed: 7 -> 8",
+        "env.seed: 7 -> 8",
+    ]
     env = build_env(cfg.env)
     start = StartState()
     result = train(cfg, env, tmp_path / "run2", callbacks=[start])
@@ -113,7 +122,9 @@ def test_resume_after_sigkill_continues_at_the_same_step(tmp_path):
     assert saved_opt["state"].keys() == start.optimizer["state"].keys()
     for key, state in saved_opt["state"].items():
         for name, value in state.items():
-            assert torch.equal(torch.as_tensor(start.optimizer["state"][key][name]), torch.as_tensor(value)), name
+            assert torch.equal(
+                torch.as_tensor(start.optimizer["state"][key][name]), torch.as_tensor(value)
+            ), name
     saved_sched = torch.load(ckpt / "scheduler.pt", weights_only=True)
     assert start.scheduler["last_epoch"] == saved_sched["last_epoch"] == step
 
@@ -126,7 +137,9 @@ def test_resume_after_sigkill_continues_at_the_same_step(tmp_path):
     prompts_per_step = 8 // 4
     order = torch.randperm(64, generator=torch.Generator().manual_seed(7)).tolist()
     expected = order[step * prompts_per_step : (step + 1) * prompts_per_step]
-    table = pd.read_parquet(tmp_path / "run2" / "checkpoints" / "completions" / f"completions_{step + 1:05d}.parquet")
+    table = pd.read_parquet(
+        tmp_path / "run2" / "checkpoints" / "completions" / f"completions_{step + 1:05d}.parquet"
+    )
     index = PromptIndex(env.rows("train"))
     seen = [index.row_for([dict(m) for m in prompt]).id for prompt in table["prompt"][::4]]
     assert seen == expected

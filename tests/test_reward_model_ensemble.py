@@ -137,7 +137,12 @@ def test_members_are_normalised_per_language_before_they_are_combined(members, p
         assert [f.weight for f in funcs] == [0.0, 0.0, 1.0]  # members are logged, the combination counts
         rm_0, rm_1, combined = (f.fn for f in funcs)
         assert rm_0(**b) == pytest.approx(normalized[0]) and rm_1(**b) == pytest.approx(normalized[1])
-        assert combined(**b) == pytest.approx(want)
+        logged: dict[str, float] = {}
+        assert combined(**b, log_metric=logged.__setitem__) == pytest.approx(want)
+        # a batch in two languages: the mean per language is logged too
+        for lang in LANGUAGES:
+            values = [v for v, code in zip(want, b["language"], strict=True) if code == lang]
+            assert logged[f"rewards/reward_model/{lang}/mean"] == pytest.approx(sum(values) / len(values))
     # on raw scores the min would follow the large-scale member almost everywhere: it does not here
     raw_min = [min(a, c) for a, c in zip(raw[0], raw[1], strict=True)]
     assert expected["min"] != pytest.approx(raw_min)
@@ -233,3 +238,16 @@ def test_garbage_completions_score_without_raising(members):
     ]
     scores = func.fn(prompts=["q"] * len(completions), completions=completions)  # TRL's own decoding only
     assert len(scores) == len(completions) and all(isinstance(s, float) and math.isfinite(s) for s in scores)
+
+
+def test_length_batches_cap_sequences_and_padded_tokens():
+    from grpo.reward_model.scoring import length_batches
+
+    lengths = [10, 500, 20, 480, 30, 5000, 15]
+    batches = length_batches(lengths, max_sequences=3, max_tokens=999)
+    # longest first; 2 x 500 tokens > 999, 2 x 480 fit, at most 3 per batch
+    assert batches == [[5], [1], [3, 4], [2, 6, 0]]
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 999
+    assert length_batches([], 4) == []

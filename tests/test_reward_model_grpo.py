@@ -113,7 +113,7 @@ def test_the_grpo_reward_is_the_normalised_rm_score_of_each_episode(run, tmp_pat
             "env.max_turns=2",
             *SMALL_GRPO,
             "trainer.max_steps=1",
-            "trainer.max_completion_length=64",
+            "trainer.max_completion_length=256",
             "generation.max_tokens_per_turn=16",
         ]
     )
@@ -126,7 +126,9 @@ def test_the_grpo_reward_is_the_normalised_rm_score_of_each_episode(run, tmp_pat
     (log,) = logs.logs
 
     rollouts = bundle.rollout.last_rollouts
-    assert len(rollouts) == 8 and all(len(r.completion) == 3 for r in rollouts)
+    assert len(rollouts) == 8 and all(
+        [m["role"] for m in r.completion] == ["assistant", "user", "assistant"] for r in rollouts
+    )
     scorer = RewardModelScorer(str(rm_dir), device="cpu")
     expected = scorer.normalized(
         [r.row.prompt for r in rollouts], [r.completion for r in rollouts], [r.row.language for r in rollouts]

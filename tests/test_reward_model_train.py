@@ -103,6 +103,7 @@ def test_held_out_accuracy_rises_from_chance_to_090_in_both_languages(trained):
     assert [s for s, _ in metric_curve(client, run_id, "rm/loss")] == [0, 120]
     train_loss = metric_curve(client, run_id, "rm/train/loss")
     assert [s for s, _ in train_loss] == [20, 40, 60, 80, 100, 120] and train_loss[-1][1] < train_loss[0][1]
+    assert client.get_run(run_id).data.tags["grpo.reward_model.path"] == str(out.resolve())
     artifacts = {a.path for a in client.list_artifacts(run_id, "reward_model")}
     assert artifacts >= {
         f"reward_model/{METRICS_FILE}",
@@ -197,3 +198,84 @@ def test_per_language_heads_without_tag_tokens(tmp_path):
     # the same text, scored by each language's own head
     assert (en, sv) == (pytest.approx(both[0], abs=1e-5), pytest.approx(both[1], abs=1e-5))
     assert en != pytest.approx(sv)
+
+
+def test_a_pretrained_backbone_from_a_local_dir(tmp_path):
+    from grpo.models import save_pretrained_tiny
+
+    local = save_pretrained_tiny(compose(["+env=alphabet_sort"]).model, tmp_path / "causal_lm")
+    overrides = [
+        *LEARN,
+        "reward_model.data.synthetic.n=12",
+        "reward_model.training.max_steps=2",
+        "reward_model.backbone.source=pretrained",
+        f"reward_model.backbone.path={local}",
+    ]
+    # a causal LM checkpoint: loaded as a sequence classifier with a new score head and the tag tokens
+    result = train_reward_model(compose(overrides), tmp_path / "rm")
+    loaded = load_reward_model(result.path, device="cpu")
+    assert type(loaded.model).__name__ == "Qwen3ForSequenceClassification"
+    assert loaded.tokenizer.convert_tokens_to_ids(lang_tag("sv")) == len(loaded.tokenizer) - 1
+    assert loaded.model.get_input_embeddings().weight.shape[0] == len(loaded.tokenizer)
+
+    missing = [*overrides[:-1], f"reward_model.backbone.path={tmp_path / 'nope'}"]
+    from grpo.errors import UserError
+
+    with pytest.raises(UserError, match=r"reward_model.backbone.path=.*nope' does not exist"):
+        train_reward_model(compose(missing), tmp_path / "rm2")
+
+
+def test_an_encoder_backbone_without_chat_template(tmp_path):
+    """An encoder (BERT-style: [CLS] text [SEP], bidirectional attention, no chat template), saved
+    locally: conversations render as role lines, truncation keeps [CLS] + tag and [SEP], and the
+    padding mask is honoured (batched scores equal one-at-a-time scores)."""
+    from tokenizers import processors
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from grpo.models import tiny_tokenizer
+    from grpo.reward_model.scoring import score_ids
+
+    tokenizer = tiny_tokenizer("right")
+    tokenizer.chat_template = None
+    cls, sep = tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|im_start|> $A <|im_end|>", special_tokens=[("<|im_start|>", cls), ("<|im_end|>", sep)]
+    )
+    local = tmp_path / "encoder"
+    tokenizer.save_pretrained(local)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    BertForSequenceClassification(config).save_pretrained(local)
+    overrides = [
+        *LEARN,
+        "reward_model.data.synthetic.n=12",
+        "reward_model.training.max_steps=2",
+        "reward_model.backbone.source=pretrained",
+        f"reward_model.backbone.path={local}",
+        "reward_model.backbone.max_length=64",
+    ]
+    result = train_reward_model(compose(overrides), tmp_path / "rm")
+    scorer = RewardModelScorer(str(result.path), device="cpu")
+    assert (scorer.encoder.n_prefix, scorer.encoder.n_suffix) == (1, 1)
+    prompt = [{"role": "user", "content": "Sort: " + ", ".join(f"Name{i}" for i in range(60))}]
+    completion = "<alphabetical_sorted>\nAda\nBo\n</alphabetical_sorted>"
+    text = scorer.encoder.text(prompt, completion, "sv")
+    assert text.startswith(f"{lang_tag('sv')}user: Sort: Name0") and text.endswith("assistant: " + completion)
+    (ids,) = scorer.encoder.encode([prompt], [completion], ["sv"])
+    tag = scorer.rm.tokenizer.convert_tokens_to_ids(lang_tag("sv"))
+    assert len(ids) == 64 and ids[:2] == [cls, tag] and ids[-1] == sep
+    assert scorer.rm.tokenizer.decode(ids[-12:-1]).endswith("</alphabetical_sorted>")  # the end survives
+
+    short = [[cls, tag, 100 + i, sep] for i in range(3)] + [ids]
+    batched = score_ids(scorer.rm.model, short, scorer.rm.tokenizer.pad_token_id, batch_size=8)
+    alone = [
+        score_ids(scorer.rm.model, [s], scorer.rm.tokenizer.pad_token_id, batch_size=1)[0] for s in short
+    ]
+    assert batched == pytest.approx(alone, abs=1e-5)

@@ -14,7 +14,7 @@ from transformers import TrainerCallback
 
 from grpo.cli import compose
 from grpo.envs import build_env
-from grpo.envs.base import Row, Rubric, RewardFunc, assistant_turns
+from grpo.envs.base import RewardFunc, Row, Rubric, assistant_turns
 from grpo.envs.char_target import CharTargetEnv
 from grpo.errors import UserError
 from grpo.models import load_policy, render_chat
@@ -87,7 +87,12 @@ def test_config_maps_onto_grpo_config(tmp_path):
     assert kwargs["warmup_steps"] == 0.1 and kwargs["lr_scheduler_type"] == "constant_with_warmup"
     assert kwargs["top_entropy_quantile"] == 0.5 and kwargs["reward_weights"] == [1.0, 0.5]
     args = make_grpo_config(cfg, tmp_path, [1.0, 0.5])
-    assert (args.loss_type, args.epsilon_high, args.beta, args.mask_truncated_completions) == ("dapo", 0.28, 0.0, True)
+    assert (args.loss_type, args.epsilon_high, args.beta, args.mask_truncated_completions) == (
+        "dapo",
+        0.28,
+        0.0,
+        True,
+    )
     # one generation per optimizer step, made of whole groups
     assert args.steps_per_generation == 2 and args.generation_batch_size == 32
     assert args.bf16 is False and args.activation_checkpointing is False and args.use_vllm is False
@@ -98,14 +103,22 @@ def test_config_maps_onto_grpo_config(tmp_path):
 
 
 def test_presets_differ_only_where_the_papers_differ():
-    trainers = {name: dict(compose(["+env=alphabet_sort", f"trainer={name}"]).trainer) for name in ("grpo", "dr_grpo", "dapo")}
+    trainers = {
+        name: dict(compose(["+env=alphabet_sort", f"trainer={name}"]).trainer)
+        for name in ("grpo", "dr_grpo", "dapo")
+    }
     base = trainers["grpo"]
     assert (base["loss_type"], base["scale_rewards"], base["beta"]) == ("grpo", "group", 0.04)
 
     def changed(name):
         return {k: v for k, v in trainers[name].items() if base[k] != v}
 
-    assert changed("dr_grpo") == {"name": "dr_grpo", "loss_type": "dr_grpo", "scale_rewards": "none", "beta": 0.0}
+    assert changed("dr_grpo") == {
+        "name": "dr_grpo",
+        "loss_type": "dr_grpo",
+        "scale_rewards": "none",
+        "beta": 0.0,
+    }
     assert changed("dapo") == {
         "name": "dapo",
         "loss_type": "dapo",
@@ -119,12 +132,18 @@ def test_qwen3_recipe():
     cfg = compose(["+env=alphabet_sort", "model=qwen3_0_6b"])
     t, o = cfg.trainer, cfg.optimizer
     assert cfg.model.path == "Qwen/Qwen3-0.6B" and cfg.model.dtype == "bfloat16"
-    assert t.num_generations == 8 and t.per_device_batch_completions == 8 * 8 and t.gradient_accumulation_steps == 8
+    assert (
+        t.num_generations == 8
+        and t.per_device_batch_completions == 8 * 8
+        and t.gradient_accumulation_steps == 8
+    )
     assert (t.max_steps, t.logging_steps, t.save_steps, t.bf16) == (1000, 1, 100, True)
     assert (o.lr, o.lr_scheduler) == (1e-6, "constant_with_warmup")
     assert cfg.generation.backend == "vllm_colocate"
     # the algorithm preset and the command line still win
-    cfg = compose(["+env=alphabet_sort", "model=qwen3_0_6b", "trainer=dapo", "generation=hf", "optimizer.lr=3e-6"])
+    cfg = compose(
+        ["+env=alphabet_sort", "model=qwen3_0_6b", "trainer=dapo", "generation=hf", "optimizer.lr=3e-6"]
+    )
     assert (cfg.trainer.loss_type, cfg.trainer.per_device_batch_completions) == ("dapo", 64)
     assert (cfg.generation.backend, cfg.optimizer.lr) == ("hf", 3e-6)
 
@@ -237,7 +256,10 @@ class WiredEnv(CharTargetEnv):
 
 def test_reward_functions_reach_trl_named_and_weighted(tmp_path):
     cfg = small_cfg(
-        "char_target", "trainer.per_device_batch_completions=16", "trainer.log_completions=true", "trainer.max_steps=1"
+        "char_target",
+        "trainer.per_device_batch_completions=16",
+        "trainer.log_completions=true",
+        "trainer.max_steps=1",
     )
     env = WiredEnv(num_train_examples=64, num_eval_examples=4)
     logs = LogCapture()
@@ -251,11 +273,15 @@ def test_reward_functions_reach_trl_named_and_weighted(tmp_path):
     assert len(table) == 16
     rows = {row.id: row for row in env.rows("train")}
     infos = [r.row.info for r in bundle.rollout.last_rollouts]
-    assert {i["row"] % 2 for i in infos} == {0, 1}, "the batch should mix rows the function applies to and not"
+    assert {i["row"] % 2 for i in infos} == {0, 1}, (
+        "the batch should mix rows the function applies to and not"
+    )
     for (_, logged), info in zip(table.iterrows(), infos, strict=True):
         completion = list(logged["completion"])
         assert rows[info["row"]].info == info
-        assert logged["target_char_fraction"] == pytest.approx(env._fraction(completion=completion, info=info))
+        assert logged["target_char_fraction"] == pytest.approx(
+            env._fraction(completion=completion, info=info)
+        )
         assert logged["even_length"] == even_length(completion=completion)
         expected = only_even_rows(completion=completion, info=info)
         if expected is None:
@@ -266,7 +292,9 @@ def test_reward_functions_reach_trl_named_and_weighted(tmp_path):
     for name in ("target_char_fraction", "even_length", "only_even_rows"):
         assert log[f"rewards/{name}/mean"] == pytest.approx(table[name].mean(skipna=True), abs=1e-6)
     total = (
-        1.0 * table["target_char_fraction"] + 0.5 * table["even_length"] + 2.0 * table["only_even_rows"].fillna(0.0)
+        1.0 * table["target_char_fraction"]
+        + 0.5 * table["even_length"]
+        + 2.0 * table["only_even_rows"].fillna(0.0)
     )
     assert log["reward"] == pytest.approx(total.mean(), abs=1e-6)
 
@@ -279,11 +307,14 @@ def test_beta_builds_a_frozen_reference_copy(tmp_path):
     model, tokenizer = load_policy(cfg.model)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     logs = LogCapture()
-    bundle = build_trainer(cfg, build_env(cfg.env), tmp_path, model=model, tokenizer=tokenizer, callbacks=[logs])
+    bundle = build_trainer(
+        cfg, build_env(cfg.env), tmp_path, model=model, tokenizer=tokenizer, callbacks=[logs]
+    )
     trainer = bundle.trainer
     assert trainer.ref_model is not None and trainer.ref_model is not trainer.model
     # a random-weight policy is saved first so TRL can load the reference copy from disk
     assert (tmp_path / "initial_model" / "config.json").is_file()
+    assert trainer.model.name_or_path == trainer.model.config._name_or_path == str(tmp_path / "initial_model")
     trainer.train()
     ref = trainer.ref_model.state_dict()
     assert all(torch.equal(ref[k], initial[k]) for k in initial)
@@ -307,7 +338,9 @@ def test_lora_reference_is_the_adapter_disabled_base(tmp_path):
     model, tokenizer = load_policy(cfg.model)
     base = {k: v.clone() for k, v in model.state_dict().items()}
     logs = LogCapture()
-    bundle = build_trainer(cfg, build_env(cfg.env), tmp_path, model=model, tokenizer=tokenizer, callbacks=[logs])
+    bundle = build_trainer(
+        cfg, build_env(cfg.env), tmp_path, model=model, tokenizer=tokenizer, callbacks=[logs]
+    )
     trainer = bundle.trainer
     assert isinstance(trainer.model, PeftModel)
     assert trainer.ref_model is None  # no second copy: the reference is the policy, adapters off
@@ -339,9 +372,76 @@ def test_each_loss_type_trains_a_step(override, loss_type, tmp_path):
 def test_rollout_func_rejects_misaligned_groups():
     env = CharTargetEnv(num_train_examples=4, num_eval_examples=1)
     rows = env.rows("train")
-    func = EnvRolloutFunc(env, PromptIndex(rows), tokenizer=None, gen_cfg=compose(["+env=char_target"]).generation, model_cfg=None)
+    func = EnvRolloutFunc(
+        env,
+        PromptIndex(rows),
+        tokenizer=None,
+        gen_cfg=compose(["+env=char_target"]).generation,
+        model_cfg=None,
+    )
     assert [r.id for r in func._rows([rows[0].prompt] * 2 + [rows[1].prompt] * 2, 2)] == [0, 1]
     with pytest.raises(RuntimeError, match="not a multiple of the group size"):
         func._rows([rows[0].prompt] * 3, 2)
     with pytest.raises(RuntimeError, match="group whose prompts differ"):
         func._rows([rows[0].prompt, rows[1].prompt], 2)
+
+
+def test_rubric_adapter_values_and_per_language_metrics():
+    from grpo.rewards import RubricReward, rubric_reward_funcs
+
+    def scorer(completion=None, info=None, state=None, **_):
+        value = info["value"]
+        if value == "raise":
+            raise ValueError("garbage")
+        return value
+
+    (reward,), weights = rubric_reward_funcs([RewardFunc("my_reward", scorer, 0.3)])
+    assert isinstance(reward, RubricReward) and reward.__name__ == "my_reward" and weights == [0.3]
+    logged: list[tuple[str, float]] = []
+    values = [0.25, None, "raise", float("nan"), 7.0, -1.0]
+    out = reward(
+        prompts=[[{"role": "user", "content": "q"}]] * 6,
+        completions=[[{"role": "assistant", "content": "flattened by TRL"}]] * 6,
+        rollout_completion=[[{"role": "assistant", "content": "a"}]] * 6,
+        rollout_state=[{}] * 6,
+        row_info=[{"value": v} for v in values],
+        language=["en", "en", "de", "de", "de", "de"],
+        log_metric=lambda name, value: logged.append((name, value)),
+    )
+    # None passes through (TRL: not applicable); errors / NaN -> 0; values clipped to [0, 1]
+    assert out == [0.25, None, 0.0, 0.0, 1.0, 0.0]
+    assert logged == [("rewards/my_reward/de/mean", 0.25), ("rewards/my_reward/en/mean", 0.25)]
+
+    seen = []
+    (plain,), _ = rubric_reward_funcs(
+        [RewardFunc("plain", lambda completion=None, **_: seen.append(completion) or 1.0)]
+    )
+    assert plain(prompts=["p"], completions=["text"]) == [1.0]  # outside our rollout_func
+    assert seen == [[{"role": "assistant", "content": "text"}]]
+    with pytest.raises(UserError, match="repeated: x"):
+        rubric_reward_funcs([RewardFunc("x", scorer), RewardFunc("x", scorer)])
+
+
+def test_char_target_env():
+    env = build_env(compose(["+env=char_target", "seed=3"]).env)
+    rows = env.rows("train", 50)
+    assert [r.prompt for r in rows] == [
+        r.prompt for r in build_env(compose(["+env=char_target", "seed=3"]).env).rows("train", 50)
+    ]
+    assert [r.prompt for r in rows] != [r.prompt for r in env.rows("eval", 50)]
+    assert len({str(r.prompt) for r in rows}) == 50  # prompts identify their rows
+    row = rows[0]
+    assert env.score(row, env.reference_completion(row)) == {"target_char_fraction": 1.0}
+
+    def score(text):
+        return env.score(row, [{"role": "assistant", "content": text}])["target_char_fraction"]
+
+    assert score("ab1") == 2 / 8  # short answers count as padded to min_length=8
+    assert score("abcdefghi!") == 9 / 10
+    assert score("Hello world") == 10 / 11  # the capital is not in the default set, the space is
+    assert score("") == 0.0 and env.score(row, [])["target_char_fraction"] == 0.0
+    assert env.score(row, [{"role": "assistant", "content": None}])["target_char_fraction"] == 0.0
+    with pytest.raises(UserError, match="env.target_chars"):
+        CharTargetEnv(target_chars="")
+    with pytest.raises(UserError, match="env.language"):
+        CharTargetEnv(language="xx")

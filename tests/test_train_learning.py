@@ -66,4 +66,6 @@ def test_grpo_raises_held_out_reward_and_lr_zero_does_not(tmp_path):
     assert after - before >= MARGIN, f"held-out reward {before:.3f} -> {after:.3f}"
     frozen_before, frozen_after = run(0.0, tmp_path)
     assert frozen_before == pytest.approx(before)  # same seed, same initial model
-    assert abs(frozen_after - frozen_before) < 0.01, f"lr 0 moved the reward {frozen_before:.3f} -> {frozen_after:.3f}"
+    assert abs(frozen_after - frozen_before) < 0.01, (
+        f"lr 0 moved the reward {frozen_before:.3f} -> {frozen_after:.3f}"
+    )

@@ -26,7 +26,9 @@ class ServerClient:
         self.calls: list[dict] = []
 
     def generate(self, prompts, n, max_tokens, generation_kwargs, **sampling):
-        self.calls.append({"prompts": prompts, "n": n, "max_tokens": max_tokens, **generation_kwargs, **sampling})
+        self.calls.append(
+            {"prompts": prompts, "n": n, "max_tokens": max_tokens, **generation_kwargs, **sampling}
+        )
         ids = [list(self.reply[:max_tokens]) for _ in prompts]
         return {
             "prompt_ids": prompts,
@@ -46,7 +48,10 @@ def test_server_backend_budgets_eos_and_logprobs(tokenizer):
     words = tokenizer("abc def", add_special_tokens=False)["input_ids"]
     client = ServerClient([*words, eos, *words])
     backend = VLLMBackend(tokenizer, client=client, eos_token_ids=[eos])
-    requests = [GenRequest(max_new_tokens=1, prompt_ids=[5, 6]), GenRequest(max_new_tokens=50, prompt_ids=[7])]
+    requests = [
+        GenRequest(max_new_tokens=1, prompt_ids=[5, 6]),
+        GenRequest(max_new_tokens=50, prompt_ids=[7]),
+    ]
     short, full = backend.generate(requests, Sampling(temperature=0.7, top_p=0.9))
 
     (call,) = client.calls  # one call for all conversations
@@ -71,11 +76,20 @@ def test_sampled_logprobs_are_nan_when_missing():
 def test_multi_turn_rollouts_make_one_server_call_per_turn(tokenizer):
     cfg = compose(["+env=alphabet_sort", "env.min_turns=3"])
     env = build_env(cfg.env)
-    reply = tokenizer("<alphabetical_sorted>\nA\n</alphabetical_sorted>", add_special_tokens=False)["input_ids"]
+    reply = tokenizer("<alphabetical_sorted>\nA\n</alphabetical_sorted>", add_special_tokens=False)[
+        "input_ids"
+    ]
     client = ServerClient([*reply, tokenizer.eos_token_id])
-    backend = VLLMBackend(tokenizer, client=client, model_cfg=cfg.model, eos_token_ids=[tokenizer.eos_token_id])
+    backend = VLLMBackend(
+        tokenizer, client=client, model_cfg=cfg.model, eos_token_ids=[tokenizer.eos_token_id]
+    )
     rollouts = run_rollouts(
-        env, env.rows("train", 2), backend, rollouts_per_row=3, sampling=Sampling(), max_completion_tokens=2048
+        env,
+        env.rows("train", 2),
+        backend,
+        rollouts_per_row=3,
+        sampling=Sampling(),
+        max_completion_tokens=2048,
     )
     assert len(client.calls) == 3 and all(len(c["prompts"]) == 6 for c in client.calls)
     for r in rollouts:

@@ -33,13 +33,19 @@ RULES = [
     (["trainer.temperature=0"], "trainer.temperature=0.0 must be > 0"),
     (["trainer.top_p=1.5"], "trainer.top_p=1.5 must be in (0, 1]"),
     # alphabet_sort has max_turns 3: 3 x 16 tokens at least
-    (["trainer.max_completion_length=40"], "for env.max_turns=3 (it covers all turns): set trainer.max_completion_length >= 48"),
+    (
+        ["trainer.max_completion_length=40"],
+        "for env.max_turns=3 (it covers all turns): set trainer.max_completion_length >= 48",
+    ),
     (["trainer.beta=0", "+trainer.extra.sync_ref_model=true"], "sync_ref_model=true has no reference model"),
     (
         ["model.lora.enabled=true", "model.lora.target_modules=[q_proj,lm_head]"],
         "model.lora.target_modules contains lm_head",
     ),
-    (["model.lora.enabled=true", "model.lora.r=0"], "model.lora.r=0 and model.lora.alpha=32 must be positive"),
+    (
+        ["model.lora.enabled=true", "model.lora.r=0"],
+        "model.lora.r=0 and model.lora.alpha=32 must be positive",
+    ),
     (
         ["model.lora.enabled=true", "trainer.beta=0.04", "+trainer.extra.sync_ref_model=true"],
         "sync_ref_model=true does not work with model.lora.enabled=true",
@@ -50,7 +56,10 @@ RULES = [
     (["optimizer.betas=[0.9]"], "optimizer.betas=[0.9] must be two numbers in [0, 1)"),
     (["optimizer.lr_scheduler=exponential"], "optimizer.lr_scheduler='exponential' is not one of"),
     (["optimizer.warmup=-1"], "optimizer.warmup=-1.0 must be >= 0"),
-    (["generation=vllm_colocate"], "generation=vllm_colocate needs vLLM: pip install 'grpo[vllm]' on a GPU machine"),
+    (
+        ["generation=vllm_colocate"],
+        "generation=vllm_colocate needs vLLM: pip install 'grpo[vllm]' on a GPU machine",
+    ),
     (["generation=vllm_server"], "generation=vllm_server needs vLLM: pip install 'grpo[vllm]'"),
     (["generation=openai", "generation.model=m"], "generation=openai is evaluation only"),
     (["resume=/nonexistent/run"], "resume=/nonexistent/run: no such directory"),

@@ -162,6 +162,7 @@ def build_backbone(
 
     source = str(_get(backbone_cfg, "source", "random"))
     num_labels = len(languages) if per_language_heads else 1
+    _check_paths(backbone_cfg, source)  # errors name reward_model.backbone.*, not model.*
     tokenizer = load_tokenizer(backbone_cfg, padding_side="right")
     if tokenizer.pad_token is None:
         raise UserError(f"{FIELD}: the tokenizer has neither a pad nor an eos token; set {FIELD}.tokenizer")
@@ -183,16 +184,32 @@ def build_backbone(
             torch.manual_seed(seed)
             model = Qwen3ForSequenceClassification(config)
         model = model.to(dtype=torch.float32 if dtype == "auto" else dtype)
-    elif source == "pretrained":
+    else:
         model = _load_pretrained(backbone_cfg, num_labels, dtype, seed)
-        if added:
+        # the tag tokens need rows; a padded embedding (Qwen's 151936 rows) may already have them
+        if added and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
             model.resize_token_embeddings(len(tokenizer))
         model.config.pad_token_id = tokenizer.pad_token_id
-    else:
-        raise UserError(f"{FIELD}.source={source!r} is not one of random, pretrained")
     if per_language_heads:
         model = wrap_language_heads(model, languages)
     return model, tokenizer
+
+
+def _check_paths(backbone_cfg: Any, source: str) -> None:
+    from grpo.models.loading import _check_source
+
+    if source not in ("random", "pretrained"):
+        raise UserError(f"{FIELD}.source={source!r} is not one of random, pretrained")
+    if source == "pretrained":
+        path = _get(backbone_cfg, "path")
+        if not path:
+            raise UserError(f"{FIELD}.path is required for source=pretrained: a hub id or a local dir")
+        _check_source(f"{FIELD}.path", str(path), ("config.json",), "model")
+    tokenizer = _get(backbone_cfg, "tokenizer")
+    if tokenizer:
+        _check_source(
+            f"{FIELD}.tokenizer", str(tokenizer), ("tokenizer_config.json", "tokenizer.json"), "tokenizer"
+        )
 
 
 def add_language_tags(tokenizer: PreTrainedTokenizerBase, languages: Sequence[str]) -> int:
@@ -211,10 +228,7 @@ def _load_pretrained(backbone_cfg: Any, num_labels: int, dtype: Any, seed: int) 
 
     from grpo.models.loading import _check_source, _load_error
 
-    path = _get(backbone_cfg, "path")
-    if not path:
-        raise UserError(f"{FIELD}.path is required for source=pretrained: a hub id or a local dir")
-    path = str(path)
+    path = str(_get(backbone_cfg, "path"))
     target = _check_source(f"{FIELD}.path", path, ("config.json",), "model")
     try:
         # the new score head is random: seed it so the same config gives the same start
@@ -223,8 +237,9 @@ def _load_pretrained(backbone_cfg: Any, num_labels: int, dtype: Any, seed: int) 
             model = AutoModelForSequenceClassification.from_pretrained(
                 target,
                 num_labels=num_labels,
-                # an existing one-output RM checkpoint gets a new head when heads are per language
-                ignore_mismatched_sizes=num_labels != 1,
+                # a classification checkpoint with another number of outputs (an existing RM when
+                # heads are per language, a 2-label classifier) gets a new head of the right size
+                ignore_mismatched_sizes=True,
                 dtype=dtype,
                 trust_remote_code=bool(_get(backbone_cfg, "trust_remote_code", False)),
             )

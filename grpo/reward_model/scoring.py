@@ -77,11 +77,11 @@ class SequenceEncoder:
         self.tag_token = bool(tag_token)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         # special tokens the tokenizer wraps every text in (an encoder's <s> ... </s>): kept on truncation
-        around = tokenizer("", add_special_tokens=True)["input_ids"]
-        first = tokenizer("a", add_special_tokens=True)["input_ids"][:1]
-        specials = set(tokenizer.all_special_ids)
-        self.n_prefix = 1 if around and first and first[0] in specials else 0
-        self.n_suffix = len(around) - self.n_prefix
+        plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+        wrapped = tokenizer("a", add_special_tokens=True)["input_ids"]
+        starts = [i for i in range(len(wrapped) - len(plain) + 1) if wrapped[i : i + len(plain)] == plain]
+        self.n_prefix = starts[0] if starts else 0
+        self.n_suffix = max(0, len(wrapped) - self.n_prefix - len(plain))
         self.n_head = self.n_prefix + (1 if self.tag_token else 0)
         if self.max_length <= self.n_head + self.n_suffix:
             raise ValueError(f"max_length={self.max_length} leaves no room for text")

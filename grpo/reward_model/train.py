@@ -382,13 +382,7 @@ def train_reward_model(cfg: Any, out_dir: str | os.PathLike[str], tracker: Any =
     save_reward_model(model, tokenizer, meta, calibration, out)
     _log(tracker, final.to_metrics(), step)
     if tracker is not None:
-        from grpo.reward_model import CALIBRATION_FILE, META_FILE
-
-        for name in (METRICS_FILE, CALIBRATION_FILE, META_FILE):
-            try:
-                tracker.log_artifact(out / name, "reward_model")
-            except Exception as ex:  # noqa: BLE001
-                print(f"[reward_model] warning: {name} not logged: {ex}", file=sys.stderr)
+        _log_files(tracker, out)
     print(
         f"[reward_model] {step} steps in {seconds:.1f} s | held-out accuracy {final.overall_accuracy:.3f} "
         f"({_format_accuracy(final)}), loss {final.overall_loss:.4f} | saved to {out}",
@@ -407,6 +401,18 @@ def train_reward_model(cfg: Any, out_dir: str | os.PathLike[str], tracker: Any =
         seconds=seconds,
         log_history=list(trainer.state.log_history),
     )
+
+
+def _log_files(tracker: Any, out: Path) -> None:
+    """The RM's small files as artifacts (reward_model/...) and its dir as a tag; not the weights."""
+    from grpo.reward_model import CALIBRATION_FILE, META_FILE
+
+    try:
+        for name in (METRICS_FILE, CALIBRATION_FILE, META_FILE):
+            tracker.log_artifact(out / name, "reward_model")
+        tracker.log_tags({"grpo.reward_model.path": str(out.resolve())})
+    except Exception as ex:  # noqa: BLE001 - tracking must not lose a trained model
+        print(f"[reward_model] warning: files not logged to the tracker: {ex}", file=sys.stderr)
 
 
 def _use_as_run_checkpoint(cfg: Any, out: Path) -> None:

@@ -177,8 +177,23 @@ class LearnedRewardFunc:
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
         if self.member is None:
-            return self.source.combined(prompts, completions, **kwargs)
-        return list(self.source.member_scores(prompts, completions, **kwargs)[self.member])
+            scores = self.source.combined(prompts, completions, **kwargs)
+        else:
+            scores = list(self.source.member_scores(prompts, completions, **kwargs)[self.member])
+        self._log_per_language(scores, kwargs.get(LANGUAGE_FIELD), kwargs.get("log_metric"))
+        return scores
+
+    def _log_per_language(self, scores: list[float | None], languages: Any, log_metric: Any) -> None:
+        """With several languages in the batch (language=mix), also log the mean per language
+        (TRL metric `rewards/<name>/<language>/mean`, as the rubric adapters do)."""
+        if log_metric is None or languages is None or len(set(languages)) < 2:
+            return
+        by_language: dict[str, list[float]] = {}
+        for value, language in zip(scores, languages, strict=True):
+            if value is not None:
+                by_language.setdefault(str(language), []).append(value)
+        for language, values in sorted(by_language.items()):
+            log_metric(f"rewards/{self.__name__}/{language}/mean", sum(values) / len(values))
 
 
 def learned_reward_funcs(cfg: Any, device: Any = None) -> list[RewardFunc]:

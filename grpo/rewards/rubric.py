@@ -10,6 +10,9 @@ multi-turn episode, and never TRL's flattened text.
 Each adapter carries the rubric function's name as `__name__` (TRL names the metric
 `rewards/<name>/mean` after it) and the rubric's weights go to `GRPOConfig.reward_weights`.
 
+With more than one language in a batch (language=mix), each function's mean is also logged per
+language as `rewards/<name>/<language>/mean`.
+
 Values: a rubric function's float is clipped to [0, 1]; an exception or NaN scores 0 (garbage
 model output must never stop training). A function may return None for a completion it does not
 apply to: TRL turns None into NaN and leaves it out of that function's mean and of the weighted
@@ -82,7 +85,20 @@ class RubricReward:
                     state=states[i] if states is not None else {},
                 )
             )
+        self._log_per_language(rewards, kwargs.get("language"), kwargs.get("log_metric"))
         return rewards
+
+    def _log_per_language(self, rewards: list[float | None], languages: Any, log_metric: Any) -> None:
+        """With more than one language in the batch, also log this function's mean per language
+        (TRL metric `rewards/<name>/<language>/mean`)."""
+        if log_metric is None or languages is None or len(set(languages)) < 2:
+            return
+        by_language: dict[str, list[float]] = {}
+        for value, language in zip(rewards, languages, strict=True):
+            if value is not None:
+                by_language.setdefault(str(language), []).append(value)
+        for language, values in sorted(by_language.items()):
+            log_metric(f"rewards/{self.func.name}/{language}/mean", sum(values) / len(values))
 
 
 def _as_messages(completion: Any) -> list[dict[str, Any]]:

@@ -131,10 +131,14 @@ def check(overrides: list[str]) -> DictConfig:
 
         if isinstance(ex, MissingConfigException) and ex.missing_cfg_file and ex.options is not None:
             group, _, name = ex.missing_cfg_file.rpartition("/")
-            raise UserError(f"unknown {group} '{name}' (available: {', '.join(sorted(ex.options))})") from None
+            raise UserError(
+                f"unknown {group} '{name}' (available: {', '.join(sorted(ex.options))})"
+            ) from None
         raise UserError(one_line(ex)) from None
     if cfg.get("env") is None:
-        raise UserError(f"no environment selected: add +env=NAME (available: {', '.join(group_options('env'))})")
+        raise UserError(
+            f"no environment selected: add +env=NAME (available: {', '.join(group_options('env'))})"
+        )
     from grpo.config import validate
 
     validate(cfg)

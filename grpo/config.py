@@ -12,7 +12,7 @@ This module must stay light: no torch / transformers / trl / mlflow import.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -34,11 +34,11 @@ class ModelConfig:
     name: str = MISSING
     # pretrained: load `path` (hub id or local dir); random: build `architecture` with random weights
     source: str = "pretrained"
-    path: Optional[str] = None
+    path: str | None = None
     # Qwen3 config fields for source=random (hidden_size, num_hidden_layers, ...)
-    architecture: Optional[dict[str, Any]] = None
+    architecture: dict[str, Any] | None = None
     # tokenizer hub id or local dir; null = the model's own (pretrained) or the built-in offline one (random)
-    tokenizer: Optional[str] = None
+    tokenizer: str | None = None
     dtype: str = "float32"
     trust_remote_code: bool = False
     # extra kwargs for tokenizer.apply_chat_template, e.g. {enable_thinking: false} for Qwen3
@@ -56,14 +56,14 @@ class LanguageConfig:
     # Cyrillic) whose words count as this language in the consistency reward
     scripts: list[str] = field(default_factory=lambda: ["Latin"])
     # ICU locale of the collation, e.g. sv_SE or zh@collation=pinyin; null with sort_key=codepoint
-    icu_locale: Optional[str] = None
+    icu_locale: str | None = None
     # how names sort: codepoint (plain Python order, alphabet-sort 0.1.5) | icu | icu_reading
     # (ICU order of the name's reading: ja kana)
     sort_key: str = "codepoint"
     # ICU strength: primary | secondary | tertiary | quaternary | identical
     collation_strength: str = "tertiary"
     # faker locale of the built-in given/family names; null = no built-in names
-    name_locale: Optional[str] = "en_US"
+    name_locale: str | None = "en_US"
     # full names are written family name first (zh ja ko)
     family_first: bool = False
     # between the two parts of a full name ("" for zh ko and for en's "MarcoEllero")
@@ -76,7 +76,7 @@ class LanguageConfig:
     mix: dict[str, float] = field(default_factory=dict)
     # language=mix: the languages to use, e.g. [en, zh] (a dict override merges into `mix` instead of
     # replacing it); null = every language of `mix`; a code missing from `mix` gets weight 1
-    members: Optional[list[str]] = None
+    members: list[str] | None = None
     # language=mix: sample every language equally often, whatever its weight
     balance: bool = False
 
@@ -89,11 +89,11 @@ class RewardModelBackboneConfig:
     # the built-in offline tokenizer; pretrained: `path` (hub id or local dir) loaded with
     # AutoModelForSequenceClassification (a causal LM gets a new score head)
     source: str = "random"
-    path: Optional[str] = None
+    path: str | None = None
     # Qwen3Config fields for source=random (hidden_size, num_hidden_layers, ...)
-    architecture: Optional[dict[str, Any]] = None
+    architecture: dict[str, Any] | None = None
     # tokenizer hub id or local dir; null = the backbone's own (pretrained) or the built-in one (random)
-    tokenizer: Optional[str] = None
+    tokenizer: str | None = None
     dtype: str = "float32"
     trust_remote_code: bool = False
     # tokens of prompt + completion the RM reads; a longer conversation loses its middle
@@ -105,22 +105,24 @@ class RewardModelBackboneConfig:
 @dataclass
 class RewardModelSyntheticConfig:
     # environment the pairs come from: a conf/env option name; null = the run's env
-    env: Optional[str] = None
+    env: str | None = None
     # preference pairs per language
     n: int = 256
     # languages of the pairs; null = the run's language (language=mix: its members)
-    languages: Optional[list[str]] = None
+    languages: list[str] | None = None
     # corruption strength of the rejected answer in [0, 1]: 0 = one small change, 1 = most of it broken
     severity: float = 0.5
     # corruption kinds drawn for the rejected answer: swap, drop, duplicate, format, language
-    corruptions: list[str] = field(default_factory=lambda: ["swap", "drop", "duplicate", "format", "language"])
+    corruptions: list[str] = field(
+        default_factory=lambda: ["swap", "drop", "duplicate", "format", "language"]
+    )
 
 
 @dataclass
 class RewardModelDataConfig:
     # a preference JSONL file (or a dir of *.jsonl): {prompt|instruction, chosen, rejected, language}
     # per line; null = synthetic pairs from an environment
-    path: Optional[str] = None
+    path: str | None = None
     synthetic: RewardModelSyntheticConfig = field(default_factory=RewardModelSyntheticConfig)
     # share of each language's pairs held out for accuracy and normalisation statistics
     heldout_fraction: float = 0.2
@@ -145,7 +147,7 @@ class RewardModelTrainingConfig:
     lr_scheduler: str = "linear"
     max_grad_norm: float = 1.0
     # mean-zero reward regulariser of Eisenstein et al. 2023 (TRL center_rewards_coefficient); null = off
-    center_rewards_coefficient: Optional[float] = None
+    center_rewards_coefficient: float | None = None
     # optimizer steps between logged training metrics (rm/train/...)
     logging_steps: int = 10
     bf16: bool = False
@@ -223,7 +225,7 @@ class TrainerConfig:
     # PPO clip range below 1 (and above, unless epsilon_high is set)
     epsilon: float = 0.2
     # DAPO clip-higher upper range; null = epsilon
-    epsilon_high: Optional[float] = None
+    epsilon_high: float | None = None
     # advantage scaling: group (std of the prompt's group) | batch (std of the batch) | none (Dr. GRPO)
     scale_rewards: str = "group"
     # optimisation passes over each generated batch (mu in the GRPO paper)
@@ -239,7 +241,7 @@ class TrainerConfig:
     logging_steps: int = 1
     save_steps: int = 50
     # checkpoints kept on disk (oldest removed first); null keeps all
-    save_total_limit: Optional[int] = 2
+    save_total_limit: int | None = 2
     # bf16 mixed precision (GPU); keep false on CPU
     bf16: bool = False
     # recompute activations in the backward pass: less memory, ~20-30% slower
@@ -258,13 +260,13 @@ class GenerationConfig:
     # max new tokens of one model turn (the whole completion is bounded by trainer.max_completion_length)
     max_tokens_per_turn: int = 128
     # hf: conversations per generate() call (1 = one at a time); null = all active conversations at once
-    batch_size: Optional[int] = None
+    batch_size: int | None = None
     # openai / vllm_server endpoint, e.g. http://127.0.0.1:8000/v1
-    base_url: Optional[str] = None
+    base_url: str | None = None
     # openai: the served model name
-    model: Optional[str] = None
+    model: str | None = None
     # NAME of the environment variable holding the API key (never the key itself); null = no auth
-    api_key_var: Optional[str] = None
+    api_key_var: str | None = None
     # openai: requests in flight at once (every conversation of a turn is sent together)
     max_concurrency: int = 32
     # openai: seconds one request may take before it is retried / fails
@@ -287,14 +289,14 @@ class TrackingConfig:
     backend: str = "none"
     # null = $MLFLOW_TRACKING_URI if set, else sqlite:///<absolute output_root>/mlflow.db;
     # or a sqlite:///path.db / http://host:port tracking server
-    uri: Optional[str] = None
+    uri: str | None = None
     # null = one experiment per environment: "grpo-<env name>"
-    experiment: Optional[str] = None
+    experiment: str | None = None
     # null = the command-line overrides (a sweep job: the overrides that vary between jobs)
-    run_name: Optional[str] = None
+    run_name: str | None = None
     # artifact root of a NEW experiment (fixed at its creation); null = <dir of the SQLite db>/mlartifacts/
     # <experiment> for a SQLite store, the server's own choice for a tracking server
-    artifact_location: Optional[str] = None
+    artifact_location: str | None = None
     # evaluation rollouts logged as a table of sample completions with their rewards (0 = none)
     log_samples: int = 16
     # PNG plots at the end of a run: reward and KL over steps, baseline vs final eval per reward function
@@ -312,7 +314,7 @@ class EvalConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     # seeds evaluation sampling (same seed -> same rollouts on the hf backend); null = unseeded
-    seed: Optional[int] = 0
+    seed: int | None = 0
     # print the per-example table (one column per rollout index)
     show_examples: bool = True
 
@@ -323,7 +325,7 @@ class GrpoConfig:
     stages: list[str] = field(default_factory=lambda: ["eval"])
     seed: int = 0
     # a previous run's output dir to resume training from (its latest checkpoint)
-    resume: Optional[str] = None
+    resume: str | None = None
     # absolute path of <repo or cwd>/outputs, set by the entry point; all run output goes under it
     output_root: str = "outputs"
     env: Any = None
@@ -371,6 +373,11 @@ MIN_TOKENS_PER_TURN = 16
 def validate(cfg: Any) -> None:
     """Check the cross-field rules of a composed config; raise UserError (one line) on the first
     violation. Light: safe to call before anything heavy is imported."""
+    from grpo.generation import check_generation_config
+    from grpo.reward_model import validate_reward_model
+    from grpo.tracking import validate_tracking
+
+    _validate_stages(cfg.stages)
     _validate_trainer(cfg.trainer)
     _validate_optimizer(cfg.optimizer)
     _validate_model_vs_trainer(cfg.model, cfg.trainer)
@@ -378,6 +385,21 @@ def validate(cfg: Any) -> None:
     _validate_generation(cfg.generation, cfg.stages)
     _validate_resume(cfg)
     _validate_eval(cfg)
+    check_generation_config(cfg.generation)
+    validate_reward_model(cfg)
+    validate_tracking(cfg)
+
+
+STAGES = ("reward_model", "eval", "train")
+
+
+def _validate_stages(stages: Any) -> None:
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown or not stages:
+        _fail(
+            f"stages={list(stages)}: each stage must be one of {', '.join(STAGES)} (in the order to run them), "
+            "e.g. stages=[eval,train,eval]"
+        )
 
 
 def _fail(message: str) -> None:

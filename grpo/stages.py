@@ -12,8 +12,6 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-STAGES = ("reward_model", "eval", "train")
-
 
 def run_dir_of_job() -> Path:
     from hydra.core.hydra_config import HydraConfig
@@ -42,7 +40,10 @@ def run_stages(cfg: DictConfig, run_dir: Path | None = None) -> float | None:
     with tracker:
         tracker.log_config(cfg)
         for stage in cfg.stages:
-            if stage == "eval":
+            if stage == "eval" and cfg.resume and "train" in cfg.stages and not state["trained"]:
+                # the run being resumed already logged its baseline (to the same MLflow run)
+                print("resume: skipping the baseline evaluation (the resumed run has it)")
+            elif stage == "eval":
                 _eval_stage(cfg, env, run_dir, tracker, state)
             elif stage == "train":
                 _train_stage(cfg, env, run_dir, tracker, state)
@@ -64,8 +65,13 @@ def _eval_stage(cfg: DictConfig, env, run_dir: Path, tracker, state: dict[str, A
     backend = make_backend(cfg.generation, state["model"], state["tokenizer"], cfg.model)
     label = eval_label(cfg, state["trained"])
     result = evaluate(
-        cfg, env, backend, run_dir / f"eval_{label}", label=label,
-        extra_reward_funcs=extra_reward_funcs(cfg, env), step=state["step"],
+        cfg,
+        env,
+        backend,
+        run_dir / f"eval_{label}",
+        label=label,
+        extra_reward_funcs=extra_reward_funcs(cfg, env),
+        step=state["step"],
     )
     tracker.log_eval(label, result, step=state["step"])
     state["objective"] = result.mean
@@ -75,7 +81,11 @@ def _train_stage(cfg: DictConfig, env, run_dir: Path, tracker, state: dict[str, 
     from grpo.train import train
 
     result = train(
-        cfg, env, run_dir, model=state["model"], tokenizer=state["tokenizer"],
+        cfg,
+        env,
+        run_dir,
+        model=state["model"],
+        tokenizer=state["tokenizer"],
         callbacks=[tracker.trainer_callback()],
     )
     state.update(model=result.model, tokenizer=result.tokenizer, trained=True, step=result.global_step)

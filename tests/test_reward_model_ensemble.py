@@ -21,15 +21,9 @@ from grpo.rewards import all_reward_funcs, rubric_reward_funcs
 from grpo.rewards.learned import RewardModelScorer, combine_scores, learned_reward_funcs
 from grpo.rewards.rubric import COMPLETION_FIELD
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 LANGUAGES = ["en", "sv"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

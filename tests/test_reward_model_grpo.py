@@ -7,7 +7,6 @@ from __future__ import annotations
 import statistics
 
 import pytest
-import torch
 from mlflow import MlflowClient
 from transformers import TrainerCallback
 
@@ -19,7 +18,7 @@ from grpo.stages import run_stages
 from grpo.tracking.store import metric_curve, tracking_uri
 from grpo.train import build_trainer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 SMALL_RM = [
     "env.max_turns=1",
@@ -36,14 +35,6 @@ SMALL_GRPO = [
     "trainer.max_completion_length=24",
     "generation.max_tokens_per_turn=24",
 ]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

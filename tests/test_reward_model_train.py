@@ -22,7 +22,7 @@ from grpo.rewards.learned import RewardModelScorer
 from grpo.tracking import make_tracker
 from grpo.tracking.store import metric_curve, tracking_uri
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 # synthetic alphabet-sort pairs in English and Swedish, single-turn, with the corruptions a tiny
 # model learns within a CPU minute (a lost / duplicated name shows in the answer's length and
@@ -40,15 +40,6 @@ LEARN = [
     "reward_model.training.batch_size_pairs=8",
     "reward_model.training.logging_steps=20",
 ]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # the tiny model's ops are too small for intra-op threads; one thread is faster on 2 shared cores
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

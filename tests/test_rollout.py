@@ -20,17 +20,9 @@ from grpo.generation.hf import HFBackend
 from grpo.models import load_policy, load_tokenizer
 from grpo.rollout import TurnTokenizer, run_rollouts
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The tiny model gains nothing from intra-op threads, and on a busy machine OpenMP threads
-    waiting for each other make batched generation ~10x slower; restored after this module."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,8 @@ from grpo.train import (
     train,
 )
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 # a few quick steps: 2 prompts x 4 completions per step, short completions
 SMALL = [
     "stages=[train]",
@@ -38,16 +40,6 @@ SMALL = [
     "trainer.max_completion_length=16",
     "generation.max_tokens_per_turn=16",
 ]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # The tiny model's ops are too small for intra-op threads to pay off; on a shared 2-core
-    # machine one thread is several times faster.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def small_cfg(env: str, *overrides: str):

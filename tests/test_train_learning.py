@@ -6,7 +6,6 @@ from __future__ import annotations
 import statistics
 
 import pytest
-import torch
 
 from grpo.cli import compose
 from grpo.envs import build_env
@@ -14,6 +13,8 @@ from grpo.generation import Sampling, make_backend
 from grpo.models import load_policy
 from grpo.rollout import run_rollouts
 from grpo.train import train
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 RUN = [
     "stages=[train]",
@@ -26,14 +27,6 @@ RUN = [
     "generation.max_tokens_per_turn=16",
 ]
 MARGIN = 0.15
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # the tiny model's ops are too small for intra-op threads
-    yield
-    torch.set_num_threads(before)
 
 
 def held_out_reward(cfg, env, model, tokenizer) -> float:

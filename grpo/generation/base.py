@@ -104,3 +104,26 @@ class TokenBackend(GenerationBackend, Protocol):
         ...
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+
+
+class ChatTokenizerSide:
+    """The tokenizer side of a token-level backend (`self.tokenizer`, `self.model_cfg`): render a
+    conversation with the model's chat template, encode new text without special tokens added,
+    decode ids. Shared so every backend tokenises exactly the same way and the engine's ids stay
+    exact whichever backend generates."""
+
+    tokenizer: Any
+    model_cfg: Any
+
+    def render(self, messages: Messages, add_generation_prompt: bool) -> str:
+        from grpo.models import render_chat
+
+        return render_chat(
+            self.tokenizer, messages, self.model_cfg, add_generation_prompt=add_generation_prompt
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -33,10 +33,10 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from grpo.generation.base import GenRequest, GenResult, Messages, Sampling
+from grpo.generation.base import ChatTokenizerSide, GenRequest, GenResult, Sampling
 
 
-class HFBackend:
+class HFBackend(ChatTokenizerSide):
     """Generate with a transformers causal LM (the policy itself during training)."""
 
     token_level = True
@@ -58,20 +58,6 @@ class HFBackend:
         self.eos_token_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad) if pad is not None else min(self.eos_token_ids)
-
-    # ---- tokenizer side ------------------------------------------------------------------------
-    def render(self, messages: Messages, add_generation_prompt: bool) -> str:
-        from grpo.models import render_chat
-
-        return render_chat(
-            self.tokenizer, messages, self.model_cfg, add_generation_prompt=add_generation_prompt
-        )
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     # ---- generation ---------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenRequest], sampling: Sampling) -> list[GenResult]:

@@ -31,13 +31,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grpo.generation.base import GenRequest, GenResult, Messages, Sampling
+from grpo.generation.base import ChatTokenizerSide, GenRequest, GenResult, Sampling
 
 # the engine of the last GRPOTrainer built with vLLM in this process (see use_trainer_engine)
 _TRAINER_ENGINE: dict[str, Any] = {}
 
 
-class VLLMBackend:
+class VLLMBackend(ChatTokenizerSide):
     """Token-level backend over a colocated `vllm.LLM` (`llm`) or a TRL `VLLMClient` (`client`)."""
 
     token_level = True
@@ -63,20 +63,6 @@ class VLLMBackend:
         if not ids:
             raise ValueError("the vLLM backend needs at least one EOS token id")
         self.eos_token_ids = frozenset(ids)
-
-    # ---- tokenizer side (same as the hf backend, so the engine's ids stay exact) ---------------
-    def render(self, messages: Messages, add_generation_prompt: bool) -> str:
-        from grpo.models import render_chat
-
-        return render_chat(
-            self.tokenizer, messages, self.model_cfg, add_generation_prompt=add_generation_prompt
-        )
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     # ---- generation ---------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenRequest], sampling: Sampling) -> list[GenResult]:

@@ -2,7 +2,8 @@
 at a time, side by side.
 
 Both sides run grpo.train.train on the tiny model with the same config (16 completions per step =
-4 prompts x 4, three turns per episode, up to 64 new tokens per model turn); the only difference is the hf backend's
+4 prompts x 4, three turns per episode, up to 128 new tokens per model turn: the default
+generation.max_tokens_per_turn); the only difference is the hf backend's
 `generation.batch_size`: null sends every active conversation of a turn to ONE generate call,
 1 generates the conversations one after the other. Runs alternate in one process; a side's cost
 is its best run's median seconds per optimizer step (first step excluded). Target: >= 3x.
@@ -33,7 +34,7 @@ COMMON = [
     "trainer.per_device_batch_completions=16",
     "trainer.beta=0",
     "trainer.max_completion_length=1024",
-    "generation.max_tokens_per_turn=64",
+    "generation.max_tokens_per_turn=128",
     "trainer.save_steps=100000",
 ]
 

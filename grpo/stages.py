@@ -37,6 +37,7 @@ def run_stages(cfg: DictConfig, run_dir: Path | None = None) -> float | None:
     env = build_env(cfg.env)
     tracker = make_tracker(cfg, run_dir)
     state: dict[str, Any] = {"model": None, "tokenizer": None, "trained": False, "step": 0, "objective": None}
+    state["eval_means"] = {}
     with tracker:
         tracker.log_config(cfg)
         for stage in cfg.stages:
@@ -50,6 +51,10 @@ def run_stages(cfg: DictConfig, run_dir: Path | None = None) -> float | None:
             elif stage == "reward_model":
                 _reward_model_stage(cfg, run_dir, tracker)
         tracker.finish_run(state["objective"])
+    means = state["eval_means"]
+    if "baseline" in means and "final" in means:
+        change = means["final"] - means["baseline"]
+        print(f"reward: baseline {means['baseline']:.4f} -> final {means['final']:.4f} ({change:+.4f})")
     return state["objective"]
 
 
@@ -75,6 +80,7 @@ def _eval_stage(cfg: DictConfig, env, run_dir: Path, tracker, state: dict[str, A
     )
     tracker.log_eval(label, result, step=state["step"])
     state["objective"] = result.mean
+    state["eval_means"][label] = result.mean
 
 
 def _train_stage(cfg: DictConfig, env, run_dir: Path, tracker, state: dict[str, Any]) -> None:

@@ -444,20 +444,13 @@ def _has_cuda() -> bool:
 
 def make_grpo_config(cfg: Any, output_dir: Path, reward_weights: Sequence[float]) -> Any:
     """The trl.GRPOConfig of a run; TRL's own rejections become one-line UserErrors."""
-    import dataclasses
 
     from trl import GRPOConfig
 
+    from grpo.trl_config import build_trl_config
+
     kwargs = grpo_config_kwargs(cfg, output_dir, reward_weights)
-    known = {f.name for f in dataclasses.fields(GRPOConfig)}
-    unknown = sorted(k for k in kwargs if k not in known)
-    if unknown:
-        raise UserError(f"trainer.extra: {', '.join(unknown)} is not a trl.GRPOConfig field")
-    try:
-        return GRPOConfig(**kwargs)
-    except (TypeError, ValueError) as ex:
-        reason = " ".join(str(ex).split())
-        raise UserError(f"trainer: TRL rejected the training config: {reason}") from None
+    return build_trl_config(GRPOConfig, kwargs, "trainer", "trainer.extra")
 
 
 # ---- callbacks (transformers is imported only when training starts) -----------------------------

@@ -171,7 +171,6 @@ def _plain(value: Any) -> Any:
 
 def reward_config(cfg: Any, output_dir: Path) -> Any:
     """trl.RewardConfig of the stage; TRL's own rejections become one-line UserErrors."""
-    import dataclasses
 
     from trl import RewardConfig
 
@@ -211,15 +210,9 @@ def reward_config(cfg: Any, output_dir: Path) -> Any:
     if fixed:
         raise UserError(f"reward_model.training.extra: {', '.join(fixed)} is set by the stage; remove it")
     kwargs.update(extra)
-    known = {f.name for f in dataclasses.fields(RewardConfig)}
-    unknown = sorted(k for k in kwargs if k not in known)
-    if unknown:
-        raise UserError(f"reward_model.training.extra: {', '.join(unknown)} is not a trl.RewardConfig field")
-    try:
-        return RewardConfig(**kwargs)
-    except (TypeError, ValueError) as ex:
-        reason = " ".join(str(ex).split())
-        raise UserError(f"reward_model.training: TRL rejected the config: {reason}") from None
+    from grpo.trl_config import build_trl_config
+
+    return build_trl_config(RewardConfig, kwargs, "reward_model.training", "reward_model.training.extra")
 
 
 def _collator(pad_token_id: int, with_language: bool) -> Any:

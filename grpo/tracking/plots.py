@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 Curve = Sequence[tuple[int, float]]
 
@@ -37,10 +38,7 @@ def plot_train_curves(curves: Mapping[str, Curve], path: Path, title: str = "") 
     axes[-1, 0].xaxis.set_major_locator(_integer_ticks())
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_eval_by_function(evals: Mapping[str, Mapping[str, float]], path: Path, title: str = "") -> Path:
@@ -61,10 +59,7 @@ def plot_eval_by_function(evals: Mapping[str, Mapping[str, float]], path: Path, 
     ax.grid(axis="y", alpha=0.3)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_reward_curves(curves: Mapping[str, Curve], path: Path, metric: str, title: str = "") -> Path:
@@ -83,6 +78,10 @@ def plot_reward_curves(curves: Mapping[str, Curve], path: Path, metric: str, tit
         ax.legend(fontsize=7, loc="best")
     if title:
         ax.set_title(title)
+    return _save(plt, fig, path)
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -5,7 +5,7 @@ probability 0.5; German ones for the English target), for each of the 11 languag
 200 words (CJK characters count as words, as in the reward). Two text sources:
 - natural: the hand-written sentence bank below (12 sentences per language, the kind of text a
   model writes while solving these tasks) -- the headline number;
-- word salad: random words from each language's lorem/word source (conf/language/*.yaml), the
+- word salad: random words from each language's reverse_text source (conf/env/reverse_text.yaml), the
   worst case for the function-word stage of identification (few function words per sentence).
 Side by side in this process, on the Latin-script languages: the reward as shipped, the same
 reward with the function-word stage switched off (fastText on every sentence), and the same
@@ -19,7 +19,6 @@ languages).
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import random
 import time
@@ -199,19 +198,11 @@ def word_count(text: str) -> int:
 
 def lorem_sentences(spec: LanguageSpec, rng: random.Random, n: int = 300) -> list[str]:
     """n word-salad sentences from the language's reverse_text text source."""
-    block = spec.prompts_for("reverse_text")
-    if block.get("faker_locale"):
-        words = list(
-            importlib.import_module(f"faker.providers.lorem.{block['faker_locale']}").Provider.word_list
-        )
-    else:
-        words = list(block["words"])
-    sep, end = block.get("word_separator", " "), block.get("sentence_end", ".")
-    out = []
-    for _ in range(n):
-        text = sep.join(rng.choice(words) for _ in range(rng.randint(6, 14))) + end
-        out.append(text[:1].upper() + text[1:])
-    return out
+    from grpo.cli import compose
+    from grpo.envs import build_env
+
+    texts = build_env(compose(["+env=reverse_text"]).env, spec).texts[spec.code]
+    return [texts.sentence(rng, rng.randint(6, 14)) for _ in range(n)]
 
 
 def mixed_text(rng: random.Random, target: list[str], other: list[str]) -> str:

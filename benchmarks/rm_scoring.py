@@ -55,11 +55,13 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from grpo.envs.alphabet_sort import AlphabetSortEnv
+    from grpo.cli import compose
+    from grpo.envs import build_env
     from grpo.reward_model.synthetic import env_pairs
     from grpo.rewards.learned import RewardModelScorer
 
-    env = AlphabetSortEnv(seed=0)
+    cfg = compose(["+env=alphabet_sort"])
+    env = build_env(cfg.env, cfg.language)
     pairs = env_pairs(
         env, args.completions // 2, severity=0.5, corruptions=["swap", "drop", "duplicate", "format"], seed=0
     )

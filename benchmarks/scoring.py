@@ -22,6 +22,8 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from grpo.cli import compose  # noqa: E402
+from grpo.envs import build_env  # noqa: E402
 from grpo.envs.alphabet_sort import AlphabetSortEnv  # noqa: E402
 from grpo.envs.base import Row  # noqa: E402
 
@@ -105,7 +107,8 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
-    env = AlphabetSortEnv(min_turns=3, max_turns=3, num_eval_examples=args.rows, seed=0)
+    cfg = compose(["+env=alphabet_sort", "env.min_turns=3", f"env.num_eval_examples={args.rows}"])
+    env = build_env(cfg.env, cfg.language)
     rng = random.Random(0)
     rollouts = [(row, c) for row in env.rows("eval") for c in perturbations(env, row, rng)]
     ours = [env.score(row, c)["alphabet_sort_reward"] for row, c in rollouts]

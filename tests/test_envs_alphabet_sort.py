@@ -9,6 +9,7 @@ import random
 import re
 
 import pytest
+from packaged_env import packaged_env
 
 from grpo.envs.alphabet_sort import AlphabetSortEnv
 from grpo.envs.base import Row
@@ -71,7 +72,7 @@ ANSWER_3 = (
 
 @pytest.fixture(scope="module")
 def env() -> AlphabetSortEnv:
-    return AlphabetSortEnv(seed=0, num_train_examples=50, num_eval_examples=20)
+    return packaged_env("alphabet_sort", seed=0, num_train_examples=50, num_eval_examples=20)
 
 
 def fixed_row() -> Row:
@@ -141,12 +142,19 @@ def test_generated_rows_are_consistent_with_their_prompts(env):
 
 
 def test_turn_count_and_names_per_turn_follow_the_bounds():
-    env = AlphabetSortEnv(
-        min_turns=2, max_turns=2, min_names_per_turn=4, max_names_per_turn=4, num_train_examples=30
+    env = packaged_env(
+        "alphabet_sort",
+        min_turns=2,
+        max_turns=2,
+        min_names_per_turn=4,
+        max_names_per_turn=4,
+        num_train_examples=30,
     )
     for row in env.rows("train"):
         assert row.info["num_turns"] == 2 and [len(t) for t in row.info["turn_names"]] == [4, 4]
-    counts = {r.info["num_turns"] for r in AlphabetSortEnv(num_train_examples=100).rows("train")}
+    counts = {
+        r.info["num_turns"] for r in packaged_env("alphabet_sort", num_train_examples=100).rows("train")
+    }
     assert counts == {1, 2, 3}
 
 
@@ -154,9 +162,9 @@ def test_turn_count_and_names_per_turn_follow_the_bounds():
 
 
 def test_rows_deterministic_per_seed_and_splits_differ():
-    a = AlphabetSortEnv(seed=3, num_train_examples=10, num_eval_examples=10)
-    b = AlphabetSortEnv(seed=3, num_train_examples=10, num_eval_examples=10)
-    c = AlphabetSortEnv(seed=4, num_train_examples=10, num_eval_examples=10)
+    a = packaged_env("alphabet_sort", seed=3, num_train_examples=10, num_eval_examples=10)
+    b = packaged_env("alphabet_sort", seed=3, num_train_examples=10, num_eval_examples=10)
+    c = packaged_env("alphabet_sort", seed=4, num_train_examples=10, num_eval_examples=10)
     assert a.rows("train") == b.rows("train")
     assert a.rows("train") != c.rows("train")
     assert a.rows("train") != a.rows("eval")
@@ -165,8 +173,8 @@ def test_rows_deterministic_per_seed_and_splits_differ():
 
 
 def test_unsupported_language_is_a_user_error():
-    with pytest.raises(UserError, match=r"env\.language: .*'xx'.*supported: en"):
-        AlphabetSortEnv(language="xx")
+    with pytest.raises(UserError, match=r"^language: unknown language 'xx'; available: ar, de, en, "):
+        packaged_env("alphabet_sort", language="xx")
 
 
 @pytest.mark.parametrize(
@@ -181,7 +189,7 @@ def test_unsupported_language_is_a_user_error():
 )
 def test_bad_arguments_name_the_field(kwargs, field):
     with pytest.raises(UserError, match=rf"^env\.{field}: "):
-        AlphabetSortEnv(**kwargs)
+        packaged_env("alphabet_sort", **kwargs)
 
 
 # ---- the multi-turn protocol -----------------------------------------------------------------------
@@ -268,7 +276,7 @@ def test_missing_new_name_marks_and_empty_block(env):
 
 
 def test_similarity_power_applies_per_turn():
-    linear = AlphabetSortEnv(similarity_power=1)
+    linear = packaged_env("alphabet_sort", similarity_power=1)
     missing_one = "<alphabetical_sorted>\nBobBrown\nadaLovelace\n</alphabetical_sorted>"
     r = ratio("bobbrown\nadalovelace", "bobbrown\nzoeadams\nadalovelace")
     assert reward(linear, episode(missing_one, ANSWER_2, ANSWER_3)) == pytest.approx((r + 2) / 3, abs=1e-15)
@@ -319,7 +327,9 @@ def perturb(completion: list[dict], rng: random.Random) -> list[dict]:
 
 def test_matches_an_independent_implementation_of_the_spec():
     # long rows too: from 200 characters on, difflib's autojunk changes the ratio
-    env = AlphabetSortEnv(min_turns=3, max_turns=3, max_names_per_turn=7, num_eval_examples=60, seed=11)
+    env = packaged_env(
+        "alphabet_sort", min_turns=3, max_turns=3, max_names_per_turn=7, num_eval_examples=60, seed=11
+    )
     rng = random.Random(0)
     for row in env.rows("eval"):
         for _ in range(10):
@@ -349,7 +359,7 @@ def test_names_from_txt_jsonl_json_csv(tmp_path):
     (tmp_path / "n.json").write_text(json.dumps([{"names": n} for n in NAMES]))
     (tmp_path / "n.csv").write_text("id,names\n" + "\n".join(f"{i},{n}" for i, n in enumerate(NAMES)))
     for name in ["n.txt", "n.jsonl", "n.json", "n.csv"]:
-        check_pool(AlphabetSortEnv(names_source=str(tmp_path / name), num_train_examples=20))
+        check_pool(packaged_env("alphabet_sort", names_source=str(tmp_path / name), num_train_examples=20))
 
 
 def test_names_from_a_saved_dataset_dir(tmp_path):
@@ -358,17 +368,17 @@ def test_names_from_a_saved_dataset_dir(tmp_path):
     Dataset.from_dict({"names": [NAMES[i : i + 4] for i in range(0, 24, 4)]}).save_to_disk(
         str(tmp_path / "ds")
     )
-    check_pool(AlphabetSortEnv(names_source=str(tmp_path / "ds"), num_train_examples=20))
+    check_pool(packaged_env("alphabet_sort", names_source=str(tmp_path / "ds"), num_train_examples=20))
 
 
 def test_missing_names_file_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match=r"names_source .*missing\.txt.*file not found"):
-        AlphabetSortEnv(names_source=str(tmp_path / "missing.txt"))
+        packaged_env("alphabet_sort", names_source=str(tmp_path / "missing.txt"))
 
 
 def test_unreachable_hub_dataset_is_a_user_error():
     with pytest.raises(UserError, match=r"names_source 'nobody/no-such-names'.*hub"):
-        AlphabetSortEnv(names_source="nobody/no-such-names")
+        packaged_env("alphabet_sort", names_source="nobody/no-such-names")
 
 
 def test_bad_names_files_are_user_errors(tmp_path):
@@ -376,8 +386,8 @@ def test_bad_names_files_are_user_errors(tmp_path):
     (tmp_path / "col.csv").write_text("name\nA\n")
     (tmp_path / "bad.jsonl").write_text('{"names": 3}\n')
     with pytest.raises(UserError, match=r"has 2 distinct names but a row can need 15"):
-        AlphabetSortEnv(names_source=str(tmp_path / "few.txt"))
+        packaged_env("alphabet_sort", names_source=str(tmp_path / "few.txt"))
     with pytest.raises(UserError, match=r"no `names` column"):
-        AlphabetSortEnv(names_source=str(tmp_path / "col.csv"))
+        packaged_env("alphabet_sort", names_source=str(tmp_path / "col.csv"))
     with pytest.raises(UserError, match=r"record 0: `names` must be a string or a list of strings"):
-        AlphabetSortEnv(names_source=str(tmp_path / "bad.jsonl"))
+        packaged_env("alphabet_sort", names_source=str(tmp_path / "bad.jsonl"))

@@ -7,8 +7,9 @@ import re
 from fractions import Fraction
 
 import pytest
+from packaged_env import packaged_env
 
-from grpo.envs.arithmetic import ArithmeticEnv, evaluate, format_number, last_boxed, parse_number
+from grpo.envs.arithmetic import evaluate, format_number, last_boxed, parse_number
 from grpo.errors import UserError
 
 
@@ -75,14 +76,20 @@ def test_last_boxed_handles_nesting_and_unclosed():
 
 
 def test_rows_deterministic_exact_and_well_formed():
-    env = ArithmeticEnv(
-        seed=0, num_train_examples=200, num_eval_examples=20, min_value=-9, max_value=9, max_operands=5
+    env = packaged_env(
+        "arithmetic",
+        seed=0,
+        num_train_examples=200,
+        num_eval_examples=20,
+        min_value=-9,
+        max_value=9,
+        max_operands=5,
     )
-    assert env.rows("train") == ArithmeticEnv(
-        seed=0, num_train_examples=200, min_value=-9, max_value=9, max_operands=5
+    assert env.rows("train") == packaged_env(
+        "arithmetic", seed=0, num_train_examples=200, min_value=-9, max_value=9, max_operands=5
     ).rows("train")
-    assert env.rows("train") != ArithmeticEnv(
-        seed=1, num_train_examples=200, min_value=-9, max_value=9, max_operands=5
+    assert env.rows("train") != packaged_env(
+        "arithmetic", seed=1, num_train_examples=200, min_value=-9, max_value=9, max_operands=5
     ).rows("train")
     assert env.rows("train", 20) != env.rows("eval")
     ops = set()
@@ -98,14 +105,16 @@ def test_rows_deterministic_exact_and_well_formed():
 
 
 def test_decimal_operands_and_chosen_operations():
-    env = ArithmeticEnv(operations=["*"], decimal_places=2, min_value=0, max_value=3, num_train_examples=30)
+    env = packaged_env(
+        "arithmetic", operations=["*"], decimal_places=2, min_value=0, max_value=3, num_train_examples=30
+    )
     for row in env.rows("train"):
         assert re.fullmatch(r"\d\.\d\d( \* \d\.\d\d)+", row.info["expression"])
         assert Fraction(row.info["answer"]) == independent_value(row.info["expression"])
 
 
 def test_reference_completion_and_crafted_answers():
-    env = ArithmeticEnv(seed=2, num_eval_examples=30, decimal_places=1)
+    env = packaged_env("arithmetic", seed=2, num_eval_examples=30, decimal_places=1)
     for row in env.rows("eval"):
         assert env.score(row, env.reference_completion(row)) == {"exact_match": 1.0}
     row = env.rows("eval", 1)[0]
@@ -130,9 +139,8 @@ def test_reference_completion_and_crafted_answers():
         ({"min_value": 5, "max_value": 1}, "max_value"),
         ({"decimal_places": 9}, "decimal_places"),
         ({"operations": ["/"], "min_value": 0, "max_value": 0}, "min_value/max_value"),
-        ({"language": "xx"}, "language"),
     ],
 )
 def test_bad_arguments_name_the_field(kwargs, field):
     with pytest.raises(UserError, match=rf"^env\.{re.escape(field)}: "):
-        ArithmeticEnv(**kwargs)
+        packaged_env("arithmetic", **kwargs)

@@ -6,6 +6,7 @@ import difflib
 import json
 
 import pytest
+from packaged_env import packaged_env
 
 from grpo.envs.reverse_text import ReverseTextEnv
 from grpo.errors import UserError
@@ -13,7 +14,7 @@ from grpo.errors import UserError
 
 @pytest.fixture(scope="module")
 def env() -> ReverseTextEnv:
-    return ReverseTextEnv(seed=0, num_train_examples=30, num_eval_examples=10)
+    return packaged_env("reverse_text", seed=0, num_train_examples=30, num_eval_examples=10)
 
 
 def answer(text: str) -> list[dict[str, str]]:
@@ -21,8 +22,8 @@ def answer(text: str) -> list[dict[str, str]]:
 
 
 def test_rows_deterministic_per_seed_and_splits_differ(env):
-    same = ReverseTextEnv(seed=0, num_train_examples=30, num_eval_examples=10)
-    other = ReverseTextEnv(seed=1, num_train_examples=30, num_eval_examples=10)
+    same = packaged_env("reverse_text", seed=0, num_train_examples=30, num_eval_examples=10)
+    other = packaged_env("reverse_text", seed=1, num_train_examples=30, num_eval_examples=10)
     assert env.rows("train") == same.rows("train")
     assert env.rows("train") != other.rows("train")
     assert env.rows("train") != env.rows("eval")
@@ -36,10 +37,10 @@ def test_rows_deterministic_per_seed_and_splits_differ(env):
 
 
 def test_text_length_is_configurable():
-    env = ReverseTextEnv(min_words=20, max_words=20, num_train_examples=5)
+    env = packaged_env("reverse_text", min_words=20, max_words=20, num_train_examples=5)
     assert all(len(r.info["text"].split()) == 20 for r in env.rows("train"))
     with pytest.raises(UserError, match=r"^env\.max_words: must be >= 5"):
-        ReverseTextEnv(min_words=5, max_words=2)
+        packaged_env("reverse_text", min_words=5, max_words=2)
 
 
 def test_reference_completion_scores_one(env):
@@ -75,7 +76,7 @@ def test_crafted_answers(env):
 
 
 def test_weights(env):
-    assert dict(zip(env.rubric.names, env.rubric.weights, strict=True)) == {
+    assert {f.name: f.weight for f in env.rubric.funcs} == {
         "reverse_text_similarity": 1.0,
         "format_reward": 0.2,
     }

@@ -1,5 +1,5 @@
-"""Language-consistency reward on crafted texts, the named reward function, and its contract:
-a float in [0, 1] for any input, never an exception."""
+"""Language-consistency score on crafted texts, and its contract: a float in [0, 1] for any
+input, never an exception (the reward function built on it: test_rewards_consistency.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo.envs.base import Rubric
-from grpo.languages.consistency import REWARD_NAME, language_consistency, make_consistency_reward
+from grpo.languages.consistency import language_consistency
 from grpo.languages.spec import available_languages, get_spec
 
 # Two sentences per language, written for these tests.
@@ -156,55 +155,6 @@ def test_empty_and_garbage_stay_in_range():
         ]:
             value = language_consistency(text, spec)
             assert isinstance(value, float) and 0.0 <= value <= 1.0
-
-
-def test_reward_function_scores_assistant_turns_in_the_row_language():
-    sv = get_spec("sv")
-    reward = make_consistency_reward(sv)
-    assert reward.name == REWARD_NAME == "language_consistency"
-    assert reward.weight == sv.consistency_weight == 0.1
-    assert make_consistency_reward(sv, weight=0.5).weight == 0.5
-    completion = [
-        {"role": "assistant", "content": "<alphabetical_sorted>\nÅsa\nZara\n</alphabetical_sorted>"},
-        {"role": "user", "content": "Now sort ALL of these names alphabetically by FIRST name: Bo"},
-        {"role": "assistant", "content": TEXTS["sv"] + "\n<combined_alphabetical_sorted>\nBo // new name!"},
-    ]
-    info = {"turn_names": [["Åsa", "Zara"], ["Bo"]]}
-    # the user turn (English) is not the model's; names and the marker are ignored
-    assert reward.fn(completion=completion, info=info) == 1.0
-    assert reward.fn(completion=TEXTS["sv"], info=None) == 1.0  # plain-text completions too
-    assert reward.fn(completion=[{"role": "assistant", "content": TEXTS["en"]}], info=info) == 0.0
-    rubric = Rubric([reward])
-    assert rubric.score(prompt=[], completion=completion, info=info, state={}) == {REWARD_NAME: 1.0}
-
-
-def test_reward_function_for_a_mix_uses_each_row_language():
-    reward = make_consistency_reward(get_spec("mix"))
-    zh = [{"role": "assistant", "content": TEXTS["zh"]}]
-    assert reward.fn(completion=zh, info={"language": "zh"}) == 1.0
-    assert reward.fn(completion=zh, info={}, language="zh") == 1.0
-    assert reward.fn(completion=zh, info={"language": "de"}) == 0.0
-    # no row language, or an unknown one: nothing to score against
-    assert reward.fn(completion=zh, info={}) == 0.0
-    assert reward.fn(completion=zh, info={"language": "xx"}) == 0.0
-
-
-@pytest.mark.parametrize(
-    "completion",
-    [
-        None,
-        [],
-        [{"role": "assistant", "content": None}],
-        [{"role": "assistant"}],
-        ["text"],
-        [None],
-        3.5,
-        {"a": 1},
-    ],
-)
-def test_reward_function_never_raises(completion):
-    reward = make_consistency_reward(get_spec("de"))
-    assert reward.fn(completion=completion, info={"names": [None, 3, ["x", None]]}) == 0.0
 
 
 SCRIPT_SAMPLES = st.sampled_from(

@@ -1,4 +1,4 @@
-"""Every environment in every language: the language reaches the env through the composed config,
+"""Every environment in every language: the run's language reaches the env through build_env,
 names follow each language's collation (checked against the hand-written orders of
 test_languages_collation and pairwise with ICU's compare), prompts are native with machine-readable
 tags, language=mix rows carry their own language in exact proportions, the language-consistency
@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaged_env import packaged_config, packaged_env
 from test_languages_collation import EXPECTED, JA_EXPECTED
 
 from grpo.cli import compose
 from grpo.envs import build_env
 from grpo.envs.alphabet_sort import NEW_NAME_SUFFIX, AlphabetSortEnv
-from grpo.envs.arithmetic import ArithmeticEnv
 from grpo.envs.reverse_text import ReverseTextEnv, reverse
 from grpo.errors import UserError
 from grpo.languages.mix import language_counts
@@ -67,7 +67,7 @@ def strictly_ordered(a: str, b: str, code: str) -> bool:
 
 @cache
 def alphabet_env(code: str) -> AlphabetSortEnv:
-    return AlphabetSortEnv(language=code, seed=3, num_train_examples=40, num_eval_examples=40)
+    return packaged_env("alphabet_sort", code, seed=3, num_train_examples=40, num_eval_examples=40)
 
 
 def strip_marker(line: str) -> str:
@@ -121,7 +121,7 @@ def test_japanese_expected_answers_follow_the_kana_reading():
 
 
 def test_chinese_rows_never_use_misread_surnames():
-    env = AlphabetSortEnv(language="zh", num_train_examples=200, max_names_per_turn=7)
+    env = packaged_env("alphabet_sort", "zh", num_train_examples=200, max_names_per_turn=7)
     names = {n for row in env.rows("train") for turn in row.info["turn_names"] for n in turn}
     assert len(names) > 500
     assert not any(n.startswith(tuple(ZH_SURNAME_READINGS)) for n in names)
@@ -136,20 +136,20 @@ def write_pool(tmp_path: Path, names: list[str]) -> str:
 def test_swedish_rows_put_asa_after_zara(tmp_path):
     pool = write_pool(tmp_path, ["Zara Holm", "Åsa Lind"])
     one_turn = {"min_turns": 1, "max_turns": 1, "min_names_per_turn": 2, "max_names_per_turn": 2}
-    sv = AlphabetSortEnv(names_source=pool, language="sv", num_eval_examples=6, **one_turn)
+    sv = packaged_env("alphabet_sort", "sv", names_source=pool, num_eval_examples=6, **one_turn)
     for row in sv.rows("eval"):
         assert sorted(row.info["turn_names"][0]) == ["Zara Holm", "Åsa Lind"]
         assert row.info["ground_truths"] == [["Zara Holm", "Åsa Lind"]]
         assert "Zara Holm" in row.prompt[0]["content"] and "Åsa Lind" in row.prompt[0]["content"]
         assert sv.score(row, sv.reference_completion(row)) == {"alphabet_sort_reward": 1.0}
     # German files Å with A; English (0.1.5) joins the names and compares code points (Z < Å)
-    de = AlphabetSortEnv(names_source=pool, language="de", num_eval_examples=2, **one_turn)
+    de = packaged_env("alphabet_sort", "de", names_source=pool, num_eval_examples=2, **one_turn)
     assert de.rows("eval", 1)[0].info["ground_truths"] == [["Åsa Lind", "Zara Holm"]]
-    en = AlphabetSortEnv(names_source=pool, num_eval_examples=2, **one_turn)
+    en = packaged_env("alphabet_sort", names_source=pool, num_eval_examples=2, **one_turn)
     assert en.rows("eval", 1)[0].info["ground_truths"] == [["ZaraHolm", "ÅsaLind"]]
     # the same pool under language=mix: every row sorts by its own language
     cfg = compose(["+env=alphabet_sort", "language=mix", "language.members=[sv,de]", "language.balance=true"])
-    mix = AlphabetSortEnv(names_source=pool, language=cfg.language, num_eval_examples=10, **one_turn)
+    mix = packaged_env("alphabet_sort", cfg.language, names_source=pool, num_eval_examples=10, **one_turn)
     expected = {"sv": ["Zara Holm", "Åsa Lind"], "de": ["Åsa Lind", "Zara Holm"]}
     rows = mix.rows("eval")
     assert Counter(r.language for r in rows) == {"sv": 5, "de": 5}
@@ -161,13 +161,13 @@ def test_a_names_pool_drops_names_that_collate_equal(tmp_path):
     # أحمد and احمد differ only in the hamza of the alef: one name in Arabic collation
     pool = write_pool(tmp_path, ["أحمد سالم", "احمد سالم", "باسل عمر"])
     small = {"min_turns": 1, "max_turns": 1, "min_names_per_turn": 2, "max_names_per_turn": 2}
-    env = AlphabetSortEnv(names_source=pool, language="ar", num_eval_examples=5, **small)
+    env = packaged_env("alphabet_sort", "ar", names_source=pool, num_eval_examples=5, **small)
     for row in env.rows("eval"):
         assert row.info["ground_truths"] == [["أحمد سالم", "باسل عمر"]]
     with pytest.raises(UserError, match="has 2 distinct names but a row can need 3"):
-        AlphabetSortEnv(names_source=pool, language="ar", max_turns=1, max_names_per_turn=3)
+        packaged_env("alphabet_sort", "ar", names_source=pool, max_turns=1, max_names_per_turn=3)
     # in Swedish the two spellings are different names
-    assert AlphabetSortEnv(names_source=pool, language="sv", max_turns=1, max_names_per_turn=3)
+    assert packaged_env("alphabet_sort", "sv", names_source=pool, max_turns=1, max_names_per_turn=3)
 
 
 # ---- prompts -------------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ def test_a_names_pool_drops_names_that_collate_equal(tmp_path):
 
 @pytest.mark.parametrize("code", LANGUAGES)
 def test_alphabet_sort_prompts_are_native_with_machine_readable_tags(code):
-    env = AlphabetSortEnv(language=code, min_turns=3, max_turns=3, num_eval_examples=2)
+    env = packaged_env("alphabet_sort", code, min_turns=3, max_turns=3, num_eval_examples=2)
     row = env.rows("eval", 1)[0]
     first, second, third = row.prompt[0]["content"], *row.info["follow_ups"]
     for text in (first, second, third):
@@ -197,19 +197,21 @@ def test_alphabet_sort_prompts_are_native_with_machine_readable_tags(code):
 @pytest.mark.parametrize("code", LANGUAGES)
 def test_reverse_text_and_arithmetic_prompts_per_language(code):
     spec = get_spec(code)
-    rt = ReverseTextEnv(language=code, num_eval_examples=5).rows("eval", 3)
-    ar = ArithmeticEnv(language=code, num_eval_examples=5, decimal_places=1).rows("eval", 3)
+    rt_env = packaged_env("reverse_text", code, num_eval_examples=5)
+    block = rt_env.prompts_for(code)
+    rt = rt_env.rows("eval", 3)
+    ar = packaged_env("arithmetic", code, num_eval_examples=5, decimal_places=1).rows("eval", 3)
     for row in rt:
         system, user = row.prompt[0]["content"], row.prompt[1]["content"]
-        assert system == spec.prompts["reverse_text"]["system"]
-        assert user == spec.prompts["reverse_text"]["user"].format(text=row.info["text"])
+        assert system == block["system"]
+        assert user == block["user"].format(text=row.info["text"])
         for tag in ("<think>", "</think>", "<answer>", "</answer>"):
             assert tag in system
         assert (
             row.info["answer"] == reverse(row.info["text"])
             and reverse(row.info["answer"]) == row.info["text"]
         )
-        assert row.info["text"].endswith(spec.prompts["reverse_text"]["sentence_end"])
+        assert row.info["text"].endswith(block["sentence_end"])
     for row in ar:
         system, user = row.prompt[0]["content"], row.prompt[1]["content"]
         assert "\\boxed{" in system and row.info["expression"] in user
@@ -225,9 +227,9 @@ def test_reverse_text_and_arithmetic_prompts_per_language(code):
 
 
 def test_texts_join_words_the_language_way():
-    zh = ReverseTextEnv(language="zh", num_eval_examples=3).rows("eval", 1)[0].info["text"]
+    zh = packaged_env("reverse_text", "zh", num_eval_examples=3).rows("eval", 1)[0].info["text"]
     assert " " not in zh and zh.endswith("。")
-    hi = ReverseTextEnv(language="hi", num_eval_examples=3).rows("eval", 1)[0].info["text"]
+    hi = packaged_env("reverse_text", "hi", num_eval_examples=3).rows("eval", 1)[0].info["text"]
     assert " " in hi and hi.endswith("।")
 
 
@@ -246,23 +248,24 @@ def test_composed_language_overrides_reach_the_env():
         [
             "+env=arithmetic",
             "language=sv",
-            "language.prompts.arithmetic.user='Räkna ut: {expression}'",
+            "env.prompts.sv.user='Räkna ut: {expression}'",
         ]
     )
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     assert env.language == "sv" and env.spec == spec_from_config(cfg.language)
     row = env.rows("eval", 1)[0]
     assert row.prompt[1]["content"] == f"Räkna ut: {row.info['expression']}"
     # a mix with overridden members and balance: the env samples exactly those languages
     cfg = compose(["+env=arithmetic", "language=mix", "language.members=[en,zh]", "language.balance=true"])
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     assert env.language == "mix" and Counter(r.language for r in env.rows("eval")) == {"en": 50, "zh": 50}
 
 
 def test_english_rows_are_the_same_through_the_composed_config():
     for name, cls in [("alphabet_sort", AlphabetSortEnv), ("reverse_text", ReverseTextEnv)]:
-        composed = build_env(compose([f"+env={name}"]).env)
-        assert composed.rows("eval", 20) == cls(num_eval_examples=100).rows("eval", 20)
+        composed = build_env(compose([f"+env={name}"]).env, "en")
+        direct = cls(num_eval_examples=100, prompts=packaged_config(name)["prompts"])
+        assert composed.rows("eval", 20) == direct.rows("eval", 20)
 
 
 # ---- language=mix ----------------------------------------------------------------------------------
@@ -271,7 +274,7 @@ def test_english_rows_are_the_same_through_the_composed_config():
 def test_mix_rows_follow_the_weights_and_carry_their_language():
     cfg = compose(["+env=arithmetic", "language=mix", "env.num_train_examples=1000"])
     spec = spec_from_config(cfg.language)
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     rows = env.rows("train")
     counts = Counter(r.language for r in rows)
     assert counts == language_counts(spec, 1000)
@@ -279,19 +282,18 @@ def test_mix_rows_follow_the_weights_and_carry_their_language():
     for code, weight in spec.mix.items():
         assert abs(counts[code] / 1000 - weight / total) <= 1 / 1000
     for row in rows[:200]:
-        member = get_spec(row.language)
         assert row.info["language"] == row.language
-        assert row.prompt[0]["content"] == member.prompts["arithmetic"]["system"]
+        assert row.prompt[0]["content"] == env.prompts_for(row.language)["system"]
     # deterministic, a prefix for fewer rows, and seeded
     assert env.rows("train", 30) == rows[:30]
-    assert build_env(cfg.env).rows("train", 50) == rows[:50]
-    other = build_env(compose(["+env=arithmetic", "language=mix", "seed=1"]).env).rows("train", 50)
+    assert build_env(cfg.env, cfg.language).rows("train", 50) == rows[:50]
+    other = build_env(compose(["+env=arithmetic", "seed=1"]).env, "mix").rows("train", 50)
     assert [r.language for r in other] != [r.language for r in rows[:50]]
 
 
 def test_mix_alphabet_sort_rows_use_their_own_language():
     cfg = compose(["+env=alphabet_sort", "language=mix", "env.num_eval_examples=60"])
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     rows = env.rows("eval")
     assert len({r.language for r in rows}) >= 8
     for row in rows:
@@ -319,7 +321,7 @@ def consistency(cfg: Any, env: Any) -> Any:
 def test_consistency_reward_scores_each_row_in_its_language():
     assert consistency(compose(["+env=alphabet_sort"]), None) is None  # en: weight 0
     cfg = compose(["+env=alphabet_sort", "language=zh", "language.consistency_weight=0.3"])
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     reward = consistency(cfg, env)
     assert reward.weight == 0.3
     row = env.rows("eval", 1)[0]
@@ -337,7 +339,7 @@ def test_consistency_reward_scores_each_row_in_its_language():
 
 def test_consistency_reward_under_mix_reads_the_row_language():
     cfg = compose(["+env=reverse_text", "language=mix", "language.members=[de,ja]", "language.balance=true"])
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     reward = consistency(cfg, env)
     prose = {
         "de": "Ich drehe den Text jetzt Zeichen für Zeichen um.",
@@ -391,7 +393,7 @@ def check_per_language(records: list[dict[str, Any]], meta: dict[str, Any]) -> N
 @pytest.mark.slow
 def test_evaluator_zh_on_the_tiny_model(tmp_path, capsys):
     cfg, records, meta, _ = run_eval(["+env=alphabet_sort", "language=zh"], tmp_path)
-    rows = build_env(cfg.env).rows("eval", 2)
+    rows = build_env(cfg.env, cfg.language).rows("eval", 2)
     assert [r["language"] for r in records] == ["zh", "zh"]
     assert [r["prompt"] for r in records] == [row.prompt for row in rows]
     assert all("language_consistency" in r and r["info"]["language"] == "zh" for r in records)
@@ -405,7 +407,7 @@ def test_evaluator_mix_on_the_tiny_model(tmp_path, capsys):
     # two eval rows, balanced over two languages: exactly one row of each
     mix = ["language=mix", "language.members=[en,zh]", "language.balance=true", "env.num_eval_examples=2"]
     cfg, records, meta, _ = run_eval(["+env=alphabet_sort", *mix], tmp_path)
-    rows = build_env(cfg.env).rows("eval")
+    rows = build_env(cfg.env, cfg.language).rows("eval")
     assert sorted(r.language for r in rows) == ["en", "zh"]
     assert [r["language"] for r in records] == [row.language for row in rows]
     for record, row in zip(records, rows, strict=True):

@@ -1,5 +1,6 @@
 """Language specs: every conf/language option composes through Hydra and validates; unknown
-codes and broken language files are one-line user errors; English prompts are the 0.1.5 texts."""
+codes and broken language files are one-line user errors; language files hold only what differs
+from the schema's defaults."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import copy
 import functools
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -28,8 +30,6 @@ def test_composed_config_gives_the_same_spec(code):
     spec = spec_from_config(cfg.language)
     assert spec == get_spec(code)
     assert spec.code == code
-    # the env receives the language code through ${language.code}
-    assert cfg.env.language == code
 
 
 def test_overrides_reach_the_spec():
@@ -92,17 +92,6 @@ def _sv_dict() -> dict:
         (("collation_strength",), "strong", "collation_strength"),
         (("scripts",), ["Latin", "Klingon"], "Klingon"),
         (("consistency_weight",), -1.0, "consistency_weight"),
-        (
-            ("prompts", "alphabet_sort", "first_turn"),
-            "Sortera: {names}\n\n{template}",
-            "<alphabetical_sorted>",
-        ),
-        (("prompts", "alphabet_sort", "follow_up"), "Nya namn: {names}", "// new name!"),
-        (("prompts", "alphabet_sort", "placeholder"), "Namn{n}", "placeholder"),
-        (("prompts", "arithmetic", "user"), "Beräkna: {expr}", "expression"),
-        (("prompts", "arithmetic", "reference"), "{expression} = {answer}", "boxed"),
-        (("prompts", "reverse_text", "user"), "Vänd: {text", "prompts.reverse_text.user"),
-        (("prompts", "reverse_text", "tone"), "formal", "unknown key"),
     ],
 )
 def test_broken_language_files_are_user_errors(path, value, message):
@@ -115,58 +104,23 @@ def test_broken_language_files_are_user_errors(path, value, message):
         spec_from_config(data)
 
 
-def test_missing_prompt_block_is_a_user_error():
-    data = _sv_dict()
-    del data["prompts"]["arithmetic"]
-    spec = spec_from_config(data)
-    with pytest.raises(UserError, match=r"language\.prompts\.arithmetic"):
-        spec.prompts_for("arithmetic")
-    with pytest.raises(UserError, match="mix"):
-        get_spec("mix").prompts_for("alphabet_sort")
-
-
 def test_typo_in_a_language_field_fails_at_composition():
     with pytest.raises(Exception, match="sortkey"):
         compose(["+env=alphabet_sort", "language=sv", "language.sortkey=icu"])
 
 
-def test_english_prompts_render_the_alphabet_sort_0_1_5_texts():
-    p = get_spec("en").prompts["alphabet_sort"]
-    names = ", ".join(["MarcoEllero", "AnnaBell"])
-    template = "\n".join(p["placeholder"].format(i=i) for i in (1, 2))
-    assert p["first_turn"].format(names=names, template=template) == (
-        "Sort these names in alphabetical order by FIRST name: MarcoEllero, AnnaBell\n\n"
-        "Use exactly this format:\n<alphabetical_sorted>\nName1\nName2\n</alphabetical_sorted>"
-    )
-    turn2 = p["follow_up"].format(names="ZedAlpha") + p["follow_up_template"].format(
-        template="Name1\nName2\nName3 // new name!"
-    )
-    assert turn2 == (
-        "Now sort ALL of these names alphabetically by FIRST name: ZedAlpha\n\n"
-        "These are in addition to the prior list. Mark any NEW names (that weren't in the prior list) with "
-        "`// new name!` at the end.\n\nUse exactly this format:\n<combined_alphabetical_sorted>\n"
-        "Name1\nName2\nName3 // new name!\n</combined_alphabetical_sorted>"
-    )
-    turn3 = p["follow_up"].format(names="Bo") + p["same_format"]
-    assert turn3.endswith("with `// new name!` at the end. Follow the same format as before.")
+def test_language_files_hold_only_what_differs_from_the_schema():
+    from dataclasses import asdict
 
+    from grpo.config import LanguageConfig
 
-@pytest.mark.parametrize("code", LANGUAGES)
-def test_every_language_has_every_env_prompt(code):
-    spec = get_spec(code)
-    a = spec.prompts_for("alphabet_sort")
-    first = a["first_turn"].format(
-        names=a["separator"].join(["X", "Y"]), template=a["placeholder"].format(i=1)
-    )
-    assert "<alphabetical_sorted>" in first and "X" in first
-    assert "// new name!" in a["follow_up"] and "// new name!" in a["follow_up_by_family"]
-    assert spec.prompt("arithmetic", "reference", expression="2 + 2", answer="4").count("\\boxed{4}") == 1
-    assert "{text}" in spec.prompts_for("reverse_text")["user"]
-    if code != "en":
-        # written in the language: the prompt's words are mostly in its scripts
-        from grpo.languages.consistency import language_consistency
-
-        assert language_consistency(first, spec) > 0.6, first
+    defaults = asdict(LanguageConfig())
+    root = Path(__file__).resolve().parents[1] / "conf" / "language"
+    for code in [*LANGUAGES, "mix"]:
+        data = OmegaConf.to_container(OmegaConf.load(root / f"{code}.yaml"))
+        assert data, code
+        for key, value in data.items():
+            assert value != defaults[key], f"conf/language/{code}.yaml: {key} repeats the default"
 
 
 def test_specs_and_names_pickle():

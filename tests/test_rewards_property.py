@@ -1,6 +1,6 @@
 """Every reward function of every environment returns a float in [0, 1] and never raises, whatever
 the completion: empty, garbage, huge, unicode, unbalanced tags, non-string content, missing turns.
-The functions are called directly (not through safe_reward), so a raise fails the test."""
+The functions are called directly (not through score_reward), so a raise fails the test."""
 
 from __future__ import annotations
 
@@ -11,17 +11,15 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from packaged_env import packaged_env
 
-from grpo.envs.alphabet_sort import AlphabetSortEnv
-from grpo.envs.arithmetic import ArithmeticEnv
 from grpo.envs.base import Environment
-from grpo.envs.reverse_text import ReverseTextEnv
 
 ENVS: dict[str, Environment] = {
-    "alphabet_sort": AlphabetSortEnv(min_turns=3, max_turns=3, num_eval_examples=5, seed=1),
-    "alphabet_sort_mixed": AlphabetSortEnv(num_eval_examples=5, seed=2, similarity_power=1),
-    "reverse_text": ReverseTextEnv(num_eval_examples=5),
-    "arithmetic": ArithmeticEnv(num_eval_examples=5, decimal_places=1, min_value=-5),
+    "alphabet_sort": packaged_env("alphabet_sort", min_turns=3, max_turns=3, num_eval_examples=5, seed=1),
+    "alphabet_sort_mixed": packaged_env("alphabet_sort", num_eval_examples=5, seed=2, similarity_power=1),
+    "reverse_text": packaged_env("reverse_text", num_eval_examples=5),
+    "arithmetic": packaged_env("arithmetic", num_eval_examples=5, decimal_places=1, min_value=-5),
 }
 FUNCS = [(env_name, f.name) for env_name, env in ENVS.items() for f in env.rubric.funcs]
 

@@ -1,13 +1,13 @@
 """Environments: one file per environment here, one YAML per environment in conf/env/.
 
-`build_env(cfg.env)` turns the env config group into an Environment through its `_target_`; a
-third-party class (`_target_: theirpkg.Env`) works the same way. Only light modules are imported
-here: an environment's own module is imported when it is built.
+`build_env(cfg.env, cfg.language)` turns the env config group into an Environment through its
+`_target_`; a third-party class (`_target_: theirpkg.Env`, its YAML on Hydra's search path) works
+the same way. Only light modules are imported here: an environment's own module is imported when
+it is built.
 
-Language: conf/env/*.yaml set `language: ${language.code}`. When the env is part of a composed
-config, the environment receives the run's whole `language` group as a LanguageSpec, overrides
-included (`language=mix language.members=[en,zh] language.balance=true`, a changed prompt), not
-just its code.
+Language: the run's `language` group is passed explicitly and reaches the constructor as a
+LanguageSpec, overrides included (`language=mix language.members=[en,zh] language.balance=true`).
+Env YAMLs carry no `language` key; their `prompts:` mapping holds the texts of every language.
 """
 
 from __future__ import annotations
@@ -22,27 +22,27 @@ _UNEXPECTED_ARG = re.compile(r"unexpected keyword argument '(\w+)'")
 _MISSING_ARG = re.compile(r"missing \d+ required (?:positional |keyword-only )?arguments?: '(\w+)'")
 
 
-def build_env(env_cfg: Any, language: Any = None) -> Any:
-    """Instantiate the environment described by `env_cfg` (the `env` config group, a DictConfig or
-    a dict with `_target_`). Bad arguments raise UserError naming `env.<key>` and the valid
-    arguments.
-
-    `language`: the run's language, as a code, a `language` config mapping or a LanguageSpec;
-    None = the `language` group of the config `env_cfg` belongs to (if any), else "en". It fills
-    `language` when the env config leaves it unset or cannot resolve it (a standalone env YAML
-    whose `${language.code}` has no root); a code set in the env config wins, and when that code is
-    the run language's, the env gets the run's whole language (a LanguageSpec with its overrides).
-    Codes stay plain strings when nothing richer is known."""
+def build_env(env_cfg: Any, language: Any) -> Any:
+    """Instantiate the environment described by `env_cfg` (the `env` config group: a DictConfig or
+    a dict with `_target_`) in `language` (a LanguageSpec, a code, or the `language` group as a
+    LanguageConfig, dict or DictConfig). Bad arguments raise UserError naming `env.<key>` and the
+    valid arguments. A constructor without a `language` argument (a third-party env may have
+    none) is built without it."""
     from hydra.errors import InstantiationException
     from hydra.utils import get_class, instantiate
 
-    from grpo.envs.base import Environment, language_code
+    from grpo.envs.base import Environment
+    from grpo.languages.spec import as_spec
 
     if env_cfg is None:
         raise UserError("env: no environment selected; add +env=NAME (e.g. +env=alphabet_sort)")
-    if language is None:
-        language = _composed_language(env_cfg)
     args = _resolved_args(env_cfg)
+    if "language" in args:
+        raise UserError(
+            f"env.language: the language is the run's, not the env's; use language={args['language']} "
+            "instead (and drop env.language)"
+        )
+    spec = as_spec(language)
     target = args.pop("_target_", None)
     if not isinstance(target, str) or not target:
         raise UserError(
@@ -58,19 +58,14 @@ def build_env(env_cfg: Any, language: Any = None) -> Any:
     var_kwargs = sig is not None and any(
         p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()
     )
-    explicit = args.pop("language", None)
-    value = explicit
-    if explicit is None or (isinstance(explicit, str) and language_code(language) == explicit):
-        value = language  # unset, or the run's language itself: keep its overrides
-    # an unset language only goes to a constructor that takes one (a third-party env may not)
-    pass_language = explicit is not None or "language" in params or var_kwargs
+    pass_language = "language" in params or var_kwargs
     if sig is not None:
-        _check_args(target, sig, {**args, "language": value} if pass_language else args, params, var_kwargs)
+        _check_args(target, sig, {**args, "language": spec} if pass_language else args, params, var_kwargs)
     try:
         # the language goes to the constructor as is (a LanguageSpec is no config value), so the
         # env is instantiated as a partial and called with it
         factory = instantiate({"_target_": target, **args}, _partial_=True, _convert_="all")
-        env = factory(language=_language_value(value)) if pass_language else factory()
+        env = factory(language=spec) if pass_language else factory()
     except InstantiationException as ex:
         _reraise_user_error(ex.__cause__, params)
         raise
@@ -92,28 +87,8 @@ def _reraise_user_error(cause: BaseException | None, params: list[str]) -> None:
         raise UserError(f"env.{m.group(1)}: {cause}; valid arguments: {', '.join(params)}") from None
 
 
-def _composed_language(env_cfg: Any) -> Any:
-    """The `language` group of the composed config `env_cfg` is part of, else "en"."""
-    from omegaconf import DictConfig
-
-    # OmegaConf has no public parent accessor; _get_root is what its own interpolation uses
-    root = env_cfg._get_root() if isinstance(env_cfg, DictConfig) else None
-    if not isinstance(root, DictConfig) or root is env_cfg or "language" not in root:
-        return "en"
-    return root.language if isinstance(root._get_node("language"), DictConfig) else "en"
-
-
-def _language_value(value: Any) -> Any:
-    """What the constructor gets: a code as is, a language config mapping as its LanguageSpec."""
-    if isinstance(value, str) or not (hasattr(value, "keys") and hasattr(value, "get")):
-        return value
-    from grpo.languages.spec import spec_from_config
-
-    return spec_from_config(value)
-
-
 def _resolved_args(env_cfg: Any) -> dict[str, Any]:
-    """Plain, resolved values of the config; an unresolvable `language` counts as unset (None)."""
+    """Plain, resolved values of the config."""
     from omegaconf import DictConfig, ListConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -128,11 +103,8 @@ def _resolved_args(env_cfg: Any) -> dict[str, Any]:
             if isinstance(value, (DictConfig, ListConfig)):
                 value = OmegaConf.to_container(value, resolve=True)
         except OmegaConfBaseException as ex:
-            if key == "language":
-                value = None
-            else:
-                reason = str(ex).strip().splitlines()[0]
-                raise UserError(f"env.{key}: cannot resolve its value ({reason})") from None
+            reason = str(ex).strip().splitlines()[0]
+            raise UserError(f"env.{key}: cannot resolve its value ({reason})") from None
         args[str(key)] = value
     return args
 

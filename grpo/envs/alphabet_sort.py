@@ -17,7 +17,8 @@ Names, order and prompts follow the row's language (grpo.languages):
   family name, the others by given name; either way that name leads the full name, so the order is
   the collation of the whole name. The prompt says which name and which order, in the language.
 - A row never holds two names that collate equal, so its expected order is unique.
-Tags and `// new name!` are format tokens, the same in every language.
+Tags and `// new name!` are format tokens, the same in every language. The prompt texts are the
+`prompts.<code>` blocks of conf/env/alphabet_sort.yaml (keys: PROMPTS).
 """
 
 from __future__ import annotations
@@ -26,18 +27,12 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from grpo.envs.base import (
-    Environment,
-    Messages,
-    RewardFunc,
-    Row,
-    Rubric,
-    assistant_turns,
-    int_arg,
-    similarity_ratio,
-    tag_spans,
-)
+from grpo.envs.base import Environment, Messages, Row, int_arg
 from grpo.envs.names import NameSource, as_names, load_names, make_name_source
+from grpo.envs.parsers import assistant_turns, tag_spans
+from grpo.envs.prompts import PromptSpec, Text
+from grpo.envs.rubric import RewardFunc, Rubric
+from grpo.envs.similarity import similarity_ratio
 from grpo.errors import UserError
 from grpo.languages.collation import sort_names as collation_sorted
 from grpo.languages.names import Name
@@ -47,11 +42,27 @@ if TYPE_CHECKING:
 
 FIRST_TAG = "alphabetical_sorted"
 COMBINED_TAG = "combined_alphabetical_sorted"
-# suffix of a name introduced in the current turn (turn 2 on); a format token, never translated
-NEW_NAME_SUFFIX = " // new name!"
-# the prompt block of conf/language/<code>.yaml: {names} is the turn's names, shuffled and joined
-# by `separator`; {template} the `placeholder` lines of the format block
-PROMPT_BLOCK = "alphabet_sort"
+# marks a name introduced in the current turn (turn 2 on); a format token, never translated
+NEW_NAME_MARKER = "// new name!"
+NEW_NAME_SUFFIX = " " + NEW_NAME_MARKER
+_FIRST_TURN = Text(("names", "template"), (f"<{FIRST_TAG}>", f"</{FIRST_TAG}>", "{template}", "{names}"))
+_FOLLOW_UP = Text(("names",), (NEW_NAME_MARKER, "{names}"))
+# a language's prompt block: {names} is the turn's names, shuffled and joined by `separator`;
+# {template} the `placeholder` lines of the format block ({i} = 1, 2, ...)
+PROMPTS = PromptSpec(
+    {
+        "first_turn": _FIRST_TURN,
+        "first_turn_by_family": _FIRST_TURN,
+        "follow_up": _FOLLOW_UP,
+        "follow_up_by_family": _FOLLOW_UP,
+        # appended to follow_up in turn 2 only
+        "follow_up_template": Text(("template",), (f"<{COMBINED_TAG}>", f"</{COMBINED_TAG}>", "{template}")),
+        # appended to follow_up from turn 3 on (instead of the template)
+        "same_format": Text(),
+        "placeholder": Text(("i",), ("{i}",)),
+        "separator": Text(),
+    }
+)
 
 
 def answer_block(tag: str, lines: Sequence[str]) -> str:
@@ -88,7 +99,7 @@ def turn_scores(completion: Any, info: dict[str, Any], power: float) -> list[flo
     """Per-turn scores of a rollout; turns the model never answered score 0."""
     ground_truths = info["ground_truths"]
     num_turns = int(info["num_turns"])
-    answers = assistant_turns(completion) if isinstance(completion, list) else []
+    answers = assistant_turns(completion)
     scores = []
     for turn in range(1, num_turns + 1):
         if turn > len(answers) or turn > len(ground_truths):
@@ -105,6 +116,8 @@ class AlphabetSortEnv(Environment):
     multi_turn = True
     # the name lists are data, not prose (see Environment.answer_tags)
     answer_tags = (FIRST_TAG, COMBINED_TAG)
+    format_tokens = (NEW_NAME_MARKER,)
+    prompt_spec = PROMPTS
 
     def __init__(
         self,
@@ -117,10 +130,11 @@ class AlphabetSortEnv(Environment):
         seed: int = 0,
         num_train_examples: int = 1000,
         num_eval_examples: int = 100,
-        language: Any = "en",
+        language: LanguageSpec | str = "en",
         name: str | None = None,
+        prompts: dict[str, Any] | None = None,
     ):
-        super().__init__(seed, num_train_examples, num_eval_examples, language, name)
+        super().__init__(seed, num_train_examples, num_eval_examples, language, name, prompts)
         self.min_turns = int_arg("min_turns", min_turns, minimum=1)
         self.max_turns = int_arg("max_turns", max_turns, minimum=self.min_turns)
         self.min_names_per_turn = int_arg("min_names_per_turn", min_names_per_turn, minimum=1)
@@ -137,12 +151,11 @@ class AlphabetSortEnv(Environment):
         needed = self.max_turns * self.max_names_per_turn
         # a names file is read once, whatever the number of languages (language=mix)
         pool = load_names(names_source) if isinstance(names_source, str) and names_source.strip() else None
-        # every language rows can be in, checked now: a missing prompt or a too small pool fails
-        # at start-up, not in the middle of a run
-        self.name_sources: dict[str, NameSource] = {}
-        for spec in self.language_specs():
-            spec.prompts_for(PROMPT_BLOCK)
-            self.name_sources[spec.code] = make_name_source(names_source, spec, needed, pool)
+        # every language rows can be in, checked now: a too small pool fails at start-up, not in
+        # the middle of a run
+        self.name_sources: dict[str, NameSource] = {
+            spec.code: make_name_source(names_source, spec, needed, pool) for spec in self.language_specs()
+        }
         self.rubric = Rubric([RewardFunc("alphabet_sort_reward", self._reward, 1.0)])
 
     # ---- dataset -----------------------------------------------------------------------------
@@ -218,7 +231,7 @@ class AlphabetSortEnv(Environment):
         """The user message of every turn, in the language; `shown` is each turn's names in
         display order. Family-name-first languages (zh ja ko) ask for family-name order."""
         spec = self._language(language)
-        p = spec.prompts_for(PROMPT_BLOCK)
+        p = self.prompts_for(spec)
         first_turn, follow_up = (
             ("first_turn_by_family", "follow_up_by_family")
             if spec.family_first

@@ -7,9 +7,9 @@ with fractions.Fraction and written as an integer, a terminating decimal or p/q.
 final answer in \\boxed{}; `exact_match` compares the last complete \\boxed{...} numerically, so
 "4", "4.0", " 4 ", "4/1" and "\\frac{8}{2}" all match 4.
 
-Prompts follow the row's language (the `arithmetic` block of conf/language/<code>.yaml); the
-expression, the answer and \\boxed{} stay machine-readable in every language (ASCII digits, a
-decimal point, p/q), so the same parser scores every language.
+Prompts follow the row's language (the `prompts.<code>` blocks of conf/env/arithmetic.yaml, keys:
+PROMPTS); the expression, the answer and \\boxed{} stay machine-readable in every language (ASCII
+digits, a decimal point, p/q), so the same parser scores every language.
 """
 
 from __future__ import annotations
@@ -20,23 +20,24 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from grpo.envs.base import (
-    Environment,
-    Messages,
-    RewardFunc,
-    Row,
-    Rubric,
-    assistant_turns,
-    int_arg,
-)
+from grpo.envs.base import Environment, Messages, Row, int_arg
+from grpo.envs.parsers import assistant_turns
+from grpo.envs.prompts import PromptSpec, Text
+from grpo.envs.rubric import RewardFunc, Rubric
 from grpo.errors import UserError
 
 if TYPE_CHECKING:
     from grpo.languages.spec import LanguageSpec
 
 OPERATIONS = ("+", "-", "*", "/")
-# the prompt block of conf/language/<code>.yaml
-PROMPT_BLOCK = "arithmetic"
+# a language's prompt block: the system prompt, the problem, and a perfect answer (the reference)
+PROMPTS = PromptSpec(
+    {
+        "system": Text(keep=("\\boxed{",)),
+        "user": Text(("expression",), ("{expression}",)),
+        "reference": Text(("expression", "answer"), ("\\boxed{{{answer}}}",)),
+    }
+)
 
 # ---- exact numbers -------------------------------------------------------------------------------
 
@@ -147,6 +148,7 @@ def parse_number(text: Any) -> Fraction | None:
 
 class ArithmeticEnv(Environment):
     name = "arithmetic"
+    prompt_spec = PROMPTS
 
     def __init__(
         self,
@@ -159,12 +161,11 @@ class ArithmeticEnv(Environment):
         seed: int = 0,
         num_train_examples: int = 1000,
         num_eval_examples: int = 100,
-        language: Any = "en",
+        language: LanguageSpec | str = "en",
         name: str | None = None,
+        prompts: dict[str, Any] | None = None,
     ):
-        super().__init__(seed, num_train_examples, num_eval_examples, language, name)
-        for spec in self.language_specs():  # language=mix: every member, checked now
-            spec.prompts_for(PROMPT_BLOCK)
+        super().__init__(seed, num_train_examples, num_eval_examples, language, name, prompts)
         if isinstance(operations, str) or not operations or any(op not in OPERATIONS for op in operations):
             raise UserError(
                 f"env.operations: expected a non-empty list drawn from {list(OPERATIONS)}, got {operations!r}"
@@ -201,30 +202,20 @@ class ArithmeticEnv(Environment):
         return Row(
             id=index,
             prompt=[
-                {"role": "system", "content": spec.prompt(PROMPT_BLOCK, "system")},
-                {"role": "user", "content": spec.prompt(PROMPT_BLOCK, "user", expression=expression)},
+                {"role": "system", "content": self.prompt(spec, "system")},
+                {"role": "user", "content": self.prompt(spec, "user", expression=expression)},
             ],
             info={"expression": expression, "answer": format_number(evaluate(operands, ops))},
             language=spec.code,
         )
 
     def reference_completion(self, row: Row) -> Messages:
-        spec = self._row_language(row)
-        text = spec.prompt(
-            PROMPT_BLOCK, "reference", expression=row.info["expression"], answer=row.info["answer"]
-        )
+        info = row.info
+        text = self.prompt(row.language, "reference", expression=info["expression"], answer=info["answer"])
         return [{"role": "assistant", "content": text}]
 
-    def _row_language(self, row: Row) -> LanguageSpec:
-        """The spec of a row's language (the env's own unless the row says otherwise)."""
-        if row.language == self.spec.code:
-            return self.spec
-        from grpo.languages.spec import get_spec
-
-        return get_spec(row.language)
-
     def _exact_match(self, completion: Any = None, info: dict[str, Any] | None = None, **_: Any) -> float:
-        turns = assistant_turns(completion) if isinstance(completion, list) else []
+        turns = assistant_turns(completion)
         if not turns:
             return 0.0
         predicted = parse_number(last_boxed(turns[-1]))

@@ -7,24 +7,26 @@ broken (zero gradient, wrong masks, wrong advantages) leaves it flat. Use it to 
 before spending GPU hours (conf/env/char_target.yaml has a command that runs in ~45 s on CPU).
 
 Answers shorter than `min_length` characters are scored as if padded with wrong characters, so
-the optimum is a long answer of target characters, not a single lucky token.
+the optimum is a long answer of target characters, not a single lucky token. English only: its
+YAML has a `prompts.en` block (keys: PROMPTS; topics are lorem words of the block's faker_locale).
 """
 
 from __future__ import annotations
 
-import importlib
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from grpo.envs.base import Environment, Messages, RewardFunc, Row, Rubric, assistant_turns, int_arg, localized
+from grpo.envs.base import Environment, Messages, Row, int_arg
+from grpo.envs.parsers import assistant_turns
+from grpo.envs.prompts import PromptSpec, Text
+from grpo.envs.reverse_text import lorem_words
+from grpo.envs.rubric import RewardFunc, Rubric
 from grpo.errors import UserError
 
-PROMPTS: dict[str, dict[str, str]] = {
-    "en": {
-        "user": "Write one line about '{topic}' using only these characters: {chars}",
-        "faker_locale": "en_US",
-    },
-}
+if TYPE_CHECKING:
+    from grpo.languages.spec import LanguageSpec
+
+PROMPTS = PromptSpec({"user": Text(("topic", "chars"), ("{chars}",))}, settings=("faker_locale",))
 
 
 def target_fraction(text: str, targets: frozenset[str], min_length: int) -> float:
@@ -37,6 +39,7 @@ def target_fraction(text: str, targets: frozenset[str], min_length: int) -> floa
 
 class CharTargetEnv(Environment):
     name = "char_target"
+    prompt_spec = PROMPTS
 
     def __init__(
         self,
@@ -45,11 +48,11 @@ class CharTargetEnv(Environment):
         seed: int = 0,
         num_train_examples: int = 1000,
         num_eval_examples: int = 100,
-        language: str = "en",
+        language: LanguageSpec | str = "en",
         name: str | None = None,
+        prompts: dict[str, Any] | None = None,
     ):
-        super().__init__(seed, num_train_examples, num_eval_examples, language, name)
-        self.prompts = localized(PROMPTS, language, self.name)
+        super().__init__(seed, num_train_examples, num_eval_examples, language, name, prompts)
         if not isinstance(target_chars, str) or not target_chars:
             raise UserError(
                 f"env.target_chars: expected a non-empty string of characters, got {target_chars!r}"
@@ -57,19 +60,23 @@ class CharTargetEnv(Environment):
         self.target_chars = target_chars
         self.targets = frozenset(target_chars)
         self.min_length = int_arg("min_length", min_length, minimum=1)
-        lorem = importlib.import_module(f"faker.providers.lorem.{self.prompts['faker_locale']}").Provider
-        self.topics: list[str] = sorted(set(lorem.word_list))
+        # topic words of every language rows can be in
+        self.topics: dict[str, list[str]] = {}
+        for code, block in self.prompts.items():
+            words = lorem_words(block.get("faker_locale", "en_US"), f"env.prompts.{code}.faker_locale")
+            self.topics[code] = sorted(set(words))
         self.rubric = Rubric([RewardFunc("target_char_fraction", self._fraction, 1.0)])
 
     def make_row(self, rng: random.Random, index: int, split: str) -> Row:
+        spec = self.row_spec(split, index)
         # two topic words make prompts (nearly) unique, so rows are distinguishable by their prompt
-        topic = " ".join(rng.sample(self.topics, 2))
+        topic = " ".join(rng.sample(self.topics[spec.code], 2))
         chars = repr(self.target_chars)
         return Row(
             id=index,
-            prompt=[{"role": "user", "content": self.prompts["user"].format(topic=topic, chars=chars)}],
+            prompt=[{"role": "user", "content": self.prompt(spec, "user", topic=topic, chars=chars)}],
             info={"target_chars": self.target_chars, "min_length": self.min_length, "topic": topic},
-            language=self.language,
+            language=spec.code,
         )
 
     def reference_completion(self, row: Row) -> Messages:
@@ -80,7 +87,7 @@ class CharTargetEnv(Environment):
         return [{"role": "assistant", "content": text}]
 
     def _fraction(self, completion: Any = None, info: dict[str, Any] | None = None, **_: Any) -> float:
-        turns = assistant_turns(completion) if isinstance(completion, list) else []
+        turns = assistant_turns(completion)
         text = turns[-1] if turns else ""
         info = info or {}
         targets = frozenset(info.get("target_chars") or self.target_chars)

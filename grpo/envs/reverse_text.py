@@ -4,10 +4,10 @@ The model may think inside <think>...</think>, then writes the reversed text ins
 <answer>...</answer>. Rewards: `reverse_text_similarity` (difflib ratio of the parsed answer to the
 reversed text, weight 1.0) and `format_reward` (the XMLParser layout score, weight 0.2).
 
-Texts and prompts follow the row's language (the `reverse_text` block of conf/language/<code>.yaml):
-sentences of faker's lorem words for the language's `faker_locale`, or of the block's own `words`
-list (languages faker has no lorem words for), joined by `word_separator` (no space for zh and
-ja) and ended by `sentence_end` (。 for zh and ja, । for hi). Words are drawn with the env's own
+Texts and prompts follow the row's language (the `prompts.<code>` blocks of
+conf/env/reverse_text.yaml, keys: PROMPTS): sentences of faker's lorem words for the block's
+`faker_locale`, or of its own `words` list (languages faker has no lorem words for), joined by
+`word_separator` (no space for zh and ja) and ended by `sentence_end` (。 for zh and ja, । for hi). Words are drawn with the env's own
 random stream, so rows depend only on the seed; English rows are those of the first version.
 
 A "character" is a user-perceived character (an extended grapheme cluster, through ICU): a
@@ -23,24 +23,25 @@ import random
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from grpo.envs.base import (
-    Environment,
-    Messages,
-    RewardFunc,
-    Row,
-    Rubric,
-    XMLParser,
-    assistant_turns,
-    int_arg,
-    similarity_ratio,
-)
+from grpo.envs.base import Environment, Messages, Row, int_arg
+from grpo.envs.parsers import XMLParser, assistant_turns
+from grpo.envs.prompts import PromptSpec, Text
+from grpo.envs.rubric import RewardFunc, Rubric
+from grpo.envs.similarity import similarity_ratio
 from grpo.errors import UserError
 
 if TYPE_CHECKING:
     from grpo.languages.spec import LanguageSpec
 
-# the prompt block of conf/language/<code>.yaml
-PROMPT_BLOCK = "reverse_text"
+# a language's prompt block: the instructions, the task, and where its texts come from (a faker
+# lorem locale, or a `words` list, joined by word_separator and ended by sentence_end)
+PROMPTS = PromptSpec(
+    {
+        "system": Text(keep=("<answer>", "</answer>", "<think>", "</think>")),
+        "user": Text(("text",), ("{text}",)),
+    },
+    settings=("faker_locale", "words", "word_separator", "sentence_end"),
+)
 
 
 def reverse(text: str) -> str:
@@ -56,14 +57,13 @@ def reverse(text: str) -> str:
 
 
 @lru_cache(maxsize=64)
-def lorem_words(faker_locale: str) -> tuple[str, ...]:
-    """faker's lorem word list of a locale."""
+def lorem_words(faker_locale: str, where: str) -> tuple[str, ...]:
+    """faker's lorem word list of a locale (`where`: the config key that names it)."""
     try:
         provider = importlib.import_module(f"faker.providers.lorem.{faker_locale}").Provider
     except ModuleNotFoundError:
         raise UserError(
-            f"language.prompts.reverse_text.faker_locale: faker has no lorem words for {faker_locale!r}; "
-            "give a `words` list instead"
+            f"{where}: faker has no lorem words for {faker_locale!r}; give a `words` list instead"
         ) from None
     return tuple(provider.word_list)
 
@@ -71,17 +71,16 @@ def lorem_words(faker_locale: str) -> tuple[str, ...]:
 class TextSource:
     """The sentences of one language: its words, separator and sentence end."""
 
-    def __init__(self, spec: LanguageSpec):
-        block = spec.prompts_for(PROMPT_BLOCK)
+    def __init__(self, block: dict[str, Any], where: str):
         words = block.get("words")
         if words:
             if isinstance(words, str) or not all(isinstance(w, str) and w for w in words):
-                raise UserError(
-                    f"language.prompts.reverse_text.words: expected a list of words, got {words!r}"
-                )
+                raise UserError(f"{where}.words: expected a list of words, got {words!r}")
             self.words: list[str] = list(words)
+        elif block.get("faker_locale"):
+            self.words = list(lorem_words(str(block["faker_locale"]), f"{where}.faker_locale"))
         else:
-            self.words = list(lorem_words(str(block["faker_locale"])))
+            raise UserError(f"{where}: needs a text source: faker_locale (a faker lorem locale) or words")
         self.separator = str(block.get("word_separator", " "))
         self.end = str(block.get("sentence_end", "."))
 
@@ -95,6 +94,7 @@ class ReverseTextEnv(Environment):
     name = "reverse_text"
     # the reversed text is data, not prose (see Environment.answer_tags)
     answer_tags = ("answer",)
+    prompt_spec = PROMPTS
 
     def __init__(
         self,
@@ -103,14 +103,15 @@ class ReverseTextEnv(Environment):
         seed: int = 0,
         num_train_examples: int = 1000,
         num_eval_examples: int = 100,
-        language: Any = "en",
+        language: LanguageSpec | str = "en",
         name: str | None = None,
+        prompts: dict[str, Any] | None = None,
     ):
-        super().__init__(seed, num_train_examples, num_eval_examples, language, name)
+        super().__init__(seed, num_train_examples, num_eval_examples, language, name, prompts)
         self.min_words = int_arg("min_words", min_words, minimum=1)
         self.max_words = int_arg("max_words", max_words, minimum=self.min_words)
         # every language rows can be in, checked now (language=mix: each member)
-        self.texts = {spec.code: TextSource(spec) for spec in self.language_specs()}
+        self.texts = {code: TextSource(block, f"env.prompts.{code}") for code, block in self.prompts.items()}
         self.parser = XMLParser(answer_tag="answer", optional_tags=["think"])
         self.rubric = Rubric(
             [
@@ -130,8 +131,8 @@ class ReverseTextEnv(Environment):
         return Row(
             id=index,
             prompt=[
-                {"role": "system", "content": spec.prompt(PROMPT_BLOCK, "system")},
-                {"role": "user", "content": spec.prompt(PROMPT_BLOCK, "user", text=text)},
+                {"role": "system", "content": self.prompt(spec, "system")},
+                {"role": "user", "content": self.prompt(spec, "user", text=text)},
             ],
             info={"text": text, "answer": reverse(text)},
             language=spec.code,
@@ -143,7 +144,7 @@ class ReverseTextEnv(Environment):
     # ---- rewards -----------------------------------------------------------------------------
     @staticmethod
     def _final_answer(completion: Any) -> str:
-        turns = assistant_turns(completion) if isinstance(completion, list) else []
+        turns = assistant_turns(completion)
         return turns[-1] if turns else ""
 
     def _similarity(self, completion: Any = None, info: dict[str, Any] | None = None, **_: Any) -> float:

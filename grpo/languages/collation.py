@@ -1,4 +1,4 @@
-"""Alphabetical order per language: code-point order for English (alphabet-sort 0.1.5), ICU
+"""Alphabetical order per language: plain code-point order for English (sort_key: codepoint), ICU
 collation for every other language.
 
 ICU (through PyICU) implements CLDR's collation rules: zh@collation=pinyin orders Han characters
@@ -19,11 +19,10 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
+from grpo.languages.spec import STRENGTHS
+
 if TYPE_CHECKING:
     from grpo.languages.spec import LanguageSpec
-
-STRENGTHS = ("primary", "secondary", "tertiary", "quaternary", "identical")
-SORT_STRATEGIES = ("codepoint", "icu", "icu_reading")
 
 
 class Sortable(Protocol):

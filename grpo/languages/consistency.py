@@ -1,5 +1,5 @@
-"""Language-consistency reward: the share of the answer's words that are in the target language
-(DeepSeek-R1's language-consistency reward).
+"""Language consistency: the share of a text's words that are in the target language, the score
+behind DeepSeek-R1's language-consistency reward (the reward function: grpo/rewards/consistency.py).
 
 Counting:
 - Words by script (grpo.languages.script): each Han or kana character is one word; Hangul,
@@ -7,9 +7,9 @@ Counting:
   symbols are no words.
 - Left out before counting: code (``` fences and `inline` spans), XML-like tags (<answer>, the
   tag only: its content counts), LaTeX commands (\\boxed), URLs, and the caller's `ignore`
-  strings (the task's names, format tokens such as `// new name!`). The content of the caller's
-  `tags` goes too: blocks that hold the task's data rather than prose (alphabet_sort's name lists,
-  reverse_text's reversed text, which is no language at all).
+  strings (the task's names, an environment's format tokens). The content of the caller's `tags`
+  goes too: blocks that hold the task's data rather than prose (sorted names, a reversed text,
+  which is no language at all).
 - A word of a script the language is not written in counts against it (English in a Chinese
   answer, kana in a Chinese answer, Cyrillic in a German one).
 - Latin-script languages (en de es fr sv) share their script, so Latin words are attributed by an
@@ -31,19 +31,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from grpo.languages.script import WORD_RES, foreign_letter_re, other_words_re, words_re
-from grpo.languages.spec import MIX, NEW_NAME_MARKER, LanguageSpec, get_spec
+from grpo.languages.spec import LanguageSpec
 
 log = logging.getLogger(__name__)
 
-REWARD_NAME = "language_consistency"
 # shorter sentences are identified together with the next one (fastText is unreliable on 1-2 words)
 MIN_ID_WORDS = 3
 # words of a sentence the identifier reads
 MAX_ID_WORDS = 8
-# format tokens ignored by default (alphabet_sort's marker is kept untranslated in every language)
-DEFAULT_IGNORE: tuple[str, ...] = (NEW_NAME_MARKER,)
-# info keys whose (possibly nested) string lists are ignored: the row's names
-INFO_IGNORE_KEYS = ("names", "turn_names", "ignore")
 
 _MARKUP_RE = re.compile(
     r"```.*?(?:```|\Z)"  # fenced code; an unclosed fence runs to the end
@@ -174,78 +169,3 @@ def _latin_counts(text: str, spec: LanguageSpec) -> tuple[int, int]:
         total += len(buffer)
         target += len(buffer) if last else 0
     return target, total
-
-
-# ---- the named reward function -----------------------------------------------------------------
-
-
-def completion_text(completion: Any) -> str:
-    """The text a reward reads: the assistant turns of a message list joined by newlines, or a
-    plain-string completion as is."""
-    if isinstance(completion, str):
-        return completion
-    if not isinstance(completion, list):
-        return ""
-    parts = []
-    for message in completion:
-        if isinstance(message, dict) and message.get("role") == "assistant":
-            content = message.get("content")
-            if isinstance(content, str):
-                parts.append(content)
-    return "\n".join(parts)
-
-
-def _strings(value: Any) -> list[str]:
-    """Every string in a (nested) list/tuple, or the value itself when it is a string."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [s for item in value for s in _strings(item)]
-    return []
-
-
-def make_consistency_reward(
-    spec: LanguageSpec,
-    weight: float | None = None,
-    ignore: Iterable[str] = DEFAULT_IGNORE,
-    tags: Iterable[str] = (),
-) -> Any:
-    """The reward as a grpo.envs.base.RewardFunc named "language_consistency" (weight: the
-    language config's consistency_weight unless given). Its fn(completion=, info=, language=, ...)
-    scores the assistant turns in the row's language: `language=` or info["language"] when
-    given (language=mix needs one of them), else the spec's own; the strings under info's
-    "names", "turn_names" and "ignore" keys are left out, as are `ignore` and the blocks of
-    `tags` (an environment's `answer_tags`: its answers' data, not prose)."""
-    from grpo.envs.base import RewardFunc
-
-    fixed = tuple(ignore)
-    tag_names = tuple(tags)
-    weight = spec.consistency_weight if weight is None else float(weight)
-    members = [get_spec(code) for code in spec.mix] if spec.is_mix else [spec]
-    if weight > 0 and any(s.needs_language_id for s in members):
-        from grpo.languages.identify import predictor
-
-        predictor()  # load now: a broken install fails at start-up, not as silent zeros
-
-    def language_consistency_reward(
-        completion: Any = None, info: dict[str, Any] | None = None, language: Any = None, **_: Any
-    ) -> float:
-        info = info if isinstance(info, dict) else {}
-        row_spec = _row_spec(spec, language if language is not None else info.get("language"))
-        if row_spec is None:
-            return 0.0
-        names = [s for key in INFO_IGNORE_KEYS for s in _strings(info.get(key))]
-        return language_consistency(completion_text(completion), row_spec, fixed + tuple(names), tag_names)
-
-    return RewardFunc(REWARD_NAME, language_consistency_reward, weight)
-
-
-def _row_spec(spec: LanguageSpec, code: Any) -> LanguageSpec | None:
-    if code is None or code == spec.code:
-        return None if spec.is_mix else spec
-    if not isinstance(code, str) or code == MIX:
-        return None
-    try:
-        return get_spec(code)
-    except Exception:  # an unknown code in a row: nothing to score against
-        return None

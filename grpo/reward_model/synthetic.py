@@ -30,8 +30,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from grpo.config import GrpoConfig
 from grpo.errors import UserError
-from grpo.reward_model import CORRUPTIONS
 from grpo.reward_model.data import PreferencePair
 
 Messages = list[dict[str, str]]
@@ -175,12 +175,6 @@ def env_pairs(
 ) -> list[PreferencePair]:
     """n pairs from `env`'s rows (cycling over them when n exceeds the split), each verified by the
     rubric. `other_envs`: the same environment in other languages, for kind=language."""
-    unknown = [c for c in corruptions if c not in CORRUPTIONS]
-    if unknown or not corruptions:
-        raise UserError(
-            f"reward_model.data.synthetic.corruptions={list(corruptions)}: use a non-empty subset of "
-            f"{', '.join(CORRUPTIONS)}"
-        )
     rows = env.rows(split, n)
     others = [other.rows(split, n) for other in other_envs]
     rng = random.Random(f"rm-synthetic:{seed}:{env.name}:{env.language}")
@@ -239,15 +233,15 @@ def synthetic_pairs(
 # ---- from a run config ---------------------------------------------------------------------------
 
 
-def env_config(cfg: Any, name: str | None) -> dict[str, Any]:
+def env_config(settings: GrpoConfig, name: str | None) -> dict[str, Any]:
     """The plain env config: the run's env (name None) or conf/env/<name>.yaml resolved against the
-    run's seed and language."""
+    run's seed."""
     from omegaconf import OmegaConf
 
     if name is None:
-        if cfg.get("env") is None:
+        if settings.env is None:
             raise UserError("reward_model.data.synthetic.env: no environment; add +env=NAME or set it")
-        return OmegaConf.to_container(cfg.env, resolve=True)  # type: ignore[return-value]
+        return dict(settings.env)
     import importlib.resources
 
     file = importlib.resources.files("grpo.conf") / "env" / f"{name}.yaml"
@@ -257,30 +251,30 @@ def env_config(cfg: Any, name: str | None) -> dict[str, Any]:
         raise UserError(
             f"reward_model.data.synthetic.env={name}: no such env (available: {', '.join(group_options('env'))})"
         )
-    root = OmegaConf.create({"seed": int(cfg.seed), "language": {"code": str(cfg.language.code)}})
+    root = OmegaConf.create({"seed": settings.seed})
     root.env = OmegaConf.create(file.read_text(encoding="utf-8"))
     return OmegaConf.to_container(root.env, resolve=True)  # type: ignore[return-value]
 
 
-def pairs_from_config(cfg: Any) -> list[PreferencePair]:
+def pairs_from_config(settings: GrpoConfig) -> list[PreferencePair]:
     """The synthetic pairs a run's reward_model.data.synthetic asks for."""
     from grpo.envs import build_env
     from grpo.reward_model import run_languages
 
-    syn = cfg.reward_model.data.synthetic
-    base = env_config(cfg, syn.env)
-    languages = [str(code) for code in syn.languages] if syn.languages else run_languages(cfg)
+    syn = settings.reward_model.data.synthetic
+    base = env_config(settings, syn.env)
+    languages = list(syn.languages) if syn.languages else run_languages(settings.language)
 
     def make_env(code: str) -> Any:
-        return build_env({**base, "language": code}, language=code)
+        return build_env(base, code)
 
     return synthetic_pairs(
         make_env,
         languages,
-        n=int(syn.n),
-        severity=float(syn.severity),
-        corruptions=[str(c) for c in syn.corruptions],
-        seed=int(cfg.reward_model.data.seed),
+        n=syn.n,
+        severity=syn.severity,
+        corruptions=list(syn.corruptions),
+        seed=settings.reward_model.data.seed,
     )
 
 
@@ -296,8 +290,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     out, overrides = args[0], args[1:]
     try:
-        cfg = check(overrides)
-        pairs = pairs_from_config(cfg)
+        pairs = pairs_from_config(check(overrides))
         path = write_pairs(out, pairs)
     except UserError as ex:
         fail(str(ex))

@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from grpo.envs.base import RewardFunc
+from grpo.envs.rubric import RewardFunc
 from grpo.errors import UserError
 
 REWARD_NAME = "reward_model"
@@ -196,16 +196,18 @@ class LearnedRewardFunc:
             log_metric(f"rewards/{self.__name__}/{language}/mean", sum(values) / len(values))
 
 
-def learned_reward_funcs(cfg: Any, device: Any = None) -> list[RewardFunc]:
+def learned_reward_funcs(
+    settings: Any, device: Any = None, checkpoints: Sequence[str] | None = None
+) -> list[RewardFunc]:
     """The run's learned reward functions (none for reward_model=rubric), each named and weighted;
-    their `fn` is a batched TRL reward function (`fn.trl_batched`)."""
-    from grpo.reward_model import run_languages, uses_learned_reward, validate_reward_model
+    their `fn` is a batched TRL reward function (`fn.trl_batched`). `checkpoints`: the RM dirs to
+    score with (None: reward_model.checkpoints)."""
+    from grpo.reward_model import run_languages
 
-    if not uses_learned_reward(cfg):
+    rm = settings.reward_model
+    if rm.kind == "rubric":
         return []
-    validate_reward_model(cfg)
-    rm = cfg.reward_model
-    paths = [str(p) for p in rm.checkpoints]
+    paths = [str(p) for p in (rm.checkpoints if checkpoints is None else checkpoints)]
     if not paths:
         raise UserError(
             f"reward_model={rm.kind}: reward_model.checkpoints is empty and no reward_model stage ran before "
@@ -216,7 +218,7 @@ def learned_reward_funcs(cfg: Any, device: Any = None) -> list[RewardFunc]:
         RewardModelScorer(path, f"reward_model.checkpoints[{i}]", batch_size, device)
         for i, path in enumerate(paths)
     ]
-    wanted = run_languages(cfg)
+    wanted = run_languages(settings.language)
     for i, scorer in enumerate(scorers):
         missing = [lang for lang in wanted if lang not in scorer.languages]
         if missing:

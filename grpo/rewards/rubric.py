@@ -13,43 +13,24 @@ Each adapter carries the rubric function's name as `__name__` (TRL names the met
 With more than one language in a batch (language=mix), each function's mean is also logged per
 language as `rewards/<name>/<language>/mean`.
 
-Values: a rubric function's float is clipped to [0, 1]; an exception or NaN scores 0 (garbage
-model output must never stop training). A function may return None for a completion it does not
-apply to: TRL turns None into NaN and leaves it out of that function's mean and of the weighted
-sum (a completion with None from every function gets zero advantage).
+Values follow the one safe-reward policy of grpo/envs/rubric.py (`score_reward`, shared with the
+evaluator): clipped to [0, 1], an exception, NaN or non-number scores 0, and None (the function
+does not apply) is passed to TRL as is, which leaves it out of that function's mean and counts it
+0 in the weighted sum.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
-from grpo.envs.base import RewardFunc
+from grpo.envs.rubric import RewardFunc, Rubric, score_reward
 
 # extra fields of the rollout function's output that the adapters read (per completion)
 COMPLETION_FIELD = "rollout_completion"  # the episode's messages after the prompt
 STATE_FIELD = "rollout_state"  # what env_response kept during the episode
 INFO_FIELD = "row_info"  # the row's ground truth
 ROLLOUT_FIELDS = (COMPLETION_FIELD, STATE_FIELD, INFO_FIELD)
-
-
-def score_value(fn: Any, **kwargs: Any) -> float | None:
-    """One call of a rubric function: a float in [0, 1], or None when the function says the
-    completion is not its business. Exceptions, NaN and non-numbers give 0."""
-    try:
-        value = fn(**kwargs)
-    except Exception:
-        return 0.0
-    if value is None:
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    if math.isnan(value):
-        return 0.0
-    return min(1.0, max(0.0, value))
 
 
 class RubricReward:
@@ -77,7 +58,7 @@ class RubricReward:
             # decoding, wrapped as the single assistant turn it is.
             completion = episodes[i] if episodes is not None else _as_messages(completions[i])
             rewards.append(
-                score_value(
+                score_reward(
                     self.func.fn,
                     prompt=prompt,
                     completion=completion,
@@ -108,16 +89,9 @@ def _as_messages(completion: Any) -> list[dict[str, Any]]:
 
 
 def rubric_reward_funcs(funcs: Sequence[RewardFunc]) -> tuple[list[Any], list[float]]:
-    """TRL reward functions and their weights for rubric functions (names must be unique:
-    they become metric names). A function that is already a batched TRL reward function
-    (`fn.trl_batched`, e.g. a learned reward model) is passed through as is."""
-    names = [f.name for f in funcs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        from grpo.errors import UserError
-
-        raise UserError(
-            f"reward function names must be unique (they become metric names), repeated: {', '.join(duplicates)}"
-        )
-    adapters = [f.fn if getattr(f.fn, "trl_batched", False) else RubricReward(f) for f in funcs]
-    return adapters, [float(f.weight) for f in funcs]
+    """TRL reward functions and their weights for rubric functions (a Rubric: names are unique).
+    A function that is already a batched TRL reward function (`fn.trl_batched`, e.g. a learned
+    reward model) is passed through as is."""
+    rubric = Rubric(list(funcs))
+    adapters = [f.fn if getattr(f.fn, "trl_batched", False) else RubricReward(f) for f in rubric.funcs]
+    return adapters, [float(f.weight) for f in rubric.funcs]

@@ -1,0 +1,92 @@
+"""Rubrics: named, weighted reward functions, and the one policy that turns what a reward function
+returns into a score. Training (grpo/rewards/rubric.py, TRL's reward functions) and evaluation
+(`Rubric.score`, grpo/evaluate.py) both score through `score_reward`, so a reward means the same
+in both.
+
+A reward function takes the keyword arguments `completion` (the turns after the prompt), `info`
+(the row's ground truth), `state` (what `env_response` kept) and `prompt`, and returns a float in
+[0, 1], or None when the completion is not its business.
+
+The safe-reward policy (`score_reward`), whatever the model wrote:
+  - an exception, NaN or a non-number (a string included) scores 0.0: garbage output never stops a
+    run, it just earns nothing;
+  - a number is clipped to [0, 1] (inf to 1, -inf to 0);
+  - None means "does not apply to this completion" and is kept as None.
+How a None counts, the same in training and evaluation:
+  - it is left out of that function's mean (and std): TRL 1.16 turns None into NaN and logs
+    `rewards/<name>/mean` with nanmean; the evaluator averages the non-None scores;
+  - it counts 0 in the rollout's weighted total: TRL sums the weighted scores with nansum; the
+    evaluator's `Rubric.total` does the same (results.jsonl stores the None as null);
+  - it is not a pass in pass@k.
+One corner differs: when every function returns None for a completion, TRL marks it unscorable
+(excluded from its group's baseline and from the logged reward, advantage 0), while the evaluator
+counts its total as 0.
+
+Function names are unique within a rubric: they become metric names and results.jsonl columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from grpo.errors import UserError
+
+RewardFn = Callable[..., Any]
+
+
+@dataclass
+class RewardFunc:
+    name: str
+    fn: RewardFn
+    weight: float = 1.0
+    #: scores are only ever 0 or 1 (pass/fail): the evaluator then reports pass@k
+    binary: bool = False
+
+
+def score_reward(fn: RewardFn, **kwargs: Any) -> float | None:
+    """One call of a reward function under the safe-reward policy (see the module docstring): a
+    float in [0, 1], or None when the function says the completion is not its business."""
+    try:
+        value = fn(**kwargs)
+    except Exception:
+        return 0.0
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)):
+        return 0.0
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    if math.isnan(value):
+        return 0.0
+    return min(1.0, max(0.0, value))
+
+
+class Rubric:
+    """Named, weighted reward functions. A repeated name is a UserError: names become metric names."""
+
+    def __init__(self, funcs: list[RewardFunc]):
+        names = [f.name for f in funcs]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise UserError(
+                f"reward function names must be unique (they become metric names), repeated: "
+                f"{', '.join(repeated)}; rename one"
+            )
+        self.funcs = funcs
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.funcs]
+
+    def score(self, **rollout: Any) -> dict[str, float | None]:
+        """Each function's score for one rollout (`score_reward`: a float in [0, 1] or None)."""
+        return {f.name: score_reward(f.fn, **rollout) for f in self.funcs}
+
+    def total(self, scores: dict[str, float | None]) -> float:
+        """The rollout's reward: the weighted sum of the scores, a None counting 0 (as in TRL)."""
+        return sum(f.weight * (scores[f.name] or 0.0) for f in self.funcs)

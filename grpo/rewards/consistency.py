@@ -1,0 +1,83 @@
+"""The language-consistency reward (DeepSeek-R1): a RewardFunc named "language_consistency" that
+scores the share of the model's words in the row's language (grpo.languages.consistency).
+
+Left out of the count: the row's names (the strings under info's "names", "turn_names" and
+"ignore" keys), the environment's `format_tokens` (e.g. `// new name!`) and the content of its
+`answer_tags` blocks (sorted names, reversed text: data, not prose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from grpo.envs.parsers import assistant_turns
+from grpo.envs.rubric import RewardFunc
+from grpo.languages.consistency import language_consistency
+from grpo.languages.spec import MIX, LanguageSpec, get_spec, spec_from_config
+
+REWARD_NAME = "language_consistency"
+# info keys whose (possibly nested) string lists are ignored: the row's names
+INFO_IGNORE_KEYS = ("names", "turn_names", "ignore")
+
+
+def consistency_reward_funcs(cfg: Any, env: Any) -> list[RewardFunc]:
+    """The reward when `language.consistency_weight` > 0 (else nothing), for the run's `language`
+    group (overrides included) and its environment `env`. Each rollout is scored in its row's
+    language (info["language"], which every environment row carries: the member language under
+    language=mix)."""
+    spec = spec_from_config(cfg.language)
+    if spec.consistency_weight <= 0:
+        return []
+    return [make_consistency_reward(spec, ignore=env.format_tokens, tags=env.answer_tags)]
+
+
+def make_consistency_reward(
+    spec: LanguageSpec, weight: float | None = None, ignore: Iterable[str] = (), tags: Iterable[str] = ()
+) -> RewardFunc:
+    """The reward (weight: the language's consistency_weight unless given). Its fn(completion=,
+    info=, language=, ...) scores the assistant turns (or a plain-string completion) in the row's
+    language: `language=` or info["language"] when given (language=mix needs one of them), else the
+    spec's own. Left out: the strings under info's INFO_IGNORE_KEYS, `ignore` (format tokens) and
+    the blocks of `tags` (an environment's `answer_tags`)."""
+    fixed = tuple(ignore)
+    tag_names = tuple(tags)
+    weight = spec.consistency_weight if weight is None else float(weight)
+    members = [get_spec(code) for code in spec.mix] if spec.is_mix else [spec]
+    if weight > 0 and any(s.needs_language_id for s in members):
+        from grpo.languages.identify import predictor
+
+        predictor()  # load now: a broken install fails at start-up, not as silent zeros
+
+    def language_consistency_reward(
+        completion: Any = None, info: dict[str, Any] | None = None, language: Any = None, **_: Any
+    ) -> float:
+        info = info if isinstance(info, dict) else {}
+        row_spec = _row_spec(spec, language if language is not None else info.get("language"))
+        if row_spec is None:
+            return 0.0
+        text = completion if isinstance(completion, str) else "\n".join(assistant_turns(completion))
+        names = [s for key in INFO_IGNORE_KEYS for s in _strings(info.get(key))]
+        return language_consistency(text, row_spec, fixed + tuple(names), tag_names)
+
+    return RewardFunc(REWARD_NAME, language_consistency_reward, weight)
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in a (nested) list/tuple, or the value itself when it is a string."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def _row_spec(spec: LanguageSpec, code: Any) -> LanguageSpec | None:
+    if code is None or code == spec.code:
+        return None if spec.is_mix else spec
+    if not isinstance(code, str) or code == MIX:
+        return None
+    try:
+        return get_spec(code)
+    except Exception:  # an unknown code in a row: nothing to score against
+        return None

@@ -67,7 +67,7 @@ class StepTimer(TrainerCallback):
 
 
 timer = StepTimer()
-bundle = build_trainer(cfg, build_env(cfg.env), out, callbacks=[timer])
+bundle = build_trainer(cfg, build_env(cfg.env, cfg.language), out, callbacks=[timer])
 rollout = bundle.trainer.rollout_func
 calls = []  # (seconds, model tokens) per rollout_func call = one generation batch
 

@@ -72,7 +72,7 @@ def main() -> None:
     torch.set_num_threads(1)  # a tiny model; identical for both sides
     batched_cfg = compose([*COMMON, f"trainer.max_steps={args.steps}", "generation.batch_size=null"])
     single_cfg = compose([*COMMON, f"trainer.max_steps={args.steps}", "generation.batch_size=1"])
-    env = build_env(batched_cfg.env)
+    env = build_env(batched_cfg.env, batched_cfg.language)
     batched: list[float] = []
     single: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -119,7 +119,7 @@ def main() -> None:
 
     torch.set_num_threads(1)  # a tiny model; identical for both sides
     cfg = compose([*COMMON, f"trainer.max_steps={args.steps}"])
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     ours: list[float] = []
     bare: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:

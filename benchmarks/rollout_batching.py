@@ -49,7 +49,7 @@ def main() -> None:
     from grpo.rollout import Sampling, run_rollouts
 
     cfg = compose(["+env=alphabet_sort"])
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     model, tokenizer = load_policy(cfg.model)
     rows = env.rows("eval", args.prompts)
     sampling = Sampling(

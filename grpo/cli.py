@@ -10,12 +10,15 @@ are imported here, so the answer comes back in about a second.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
 
 from omegaconf import DictConfig
 
+from grpo.config import GrpoConfig, register_schema, to_settings
 from grpo.errors import UserError
 
 CONFIG_MODULE = "grpo.conf"
@@ -23,14 +26,14 @@ CONFIG_NAME = "config"
 EXIT_USER_ERROR = 2
 # Hydra flags after which preflight stays out of the way (Hydra prints help / info itself)
 _HYDRA_INFO_FLAGS = ("help", "hydra_help", "info", "shell_completion")
+# sweeps with more jobs get each listed value checked once instead of every combination
+MAX_CHECKED_JOBS = 64
 
 
 def compose(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
     """The run's config for `overrides`, composed exactly as `python -m grpo` composes it."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
-
-    from grpo.config import register_schema
 
     register_schema()
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
@@ -94,8 +97,8 @@ def _is_multirun() -> bool:
 
 
 def _checkable_overrides(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
-    """Overrides to compose for the check (the first value of each sweep) and, per key, all
-    discrete values a sweep asks for. Malformed overrides raise UserError."""
+    """The plain overrides, and per swept key (as written, `+` included) the discrete values the
+    sweep lists. Malformed overrides raise UserError; an unknown option of a swept group too."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
@@ -110,22 +113,37 @@ def _checkable_overrides(overrides: list[str]) -> tuple[list[str], dict[str, lis
             plain.append(o.input_line)
         elif o.is_discrete_sweep() and o.value_type.name != "GLOB_CHOICE_SWEEP":
             values = list(o.sweep_string_iterator())
-            swept[o.key_or_group] = values
-            plain.append(f"{o.get_key_element()}={values[0]}")
+            options = _options_if_group(o.key_or_group)
+            for value in values if options else ():
+                if value not in options:
+                    raise UserError(f"unknown {o.key_or_group} '{value}' (available: {', '.join(options)})")
+            swept[o.get_key_element()] = values
         # interval sweeps (Optuna) have no value to check until the sweeper samples one
     return plain, swept
 
 
-def check(overrides: list[str]) -> DictConfig:
-    """Compose and validate a command line; every problem is a UserError with one line."""
+def check(overrides: list[str]) -> GrpoConfig:
+    """Compose and check a command line; every problem is a UserError with one line. A sweep is
+    checked job by job for every combination of its listed values (up to MAX_CHECKED_JOBS; beyond
+    that, each value once, the other keys at their first value). Returns the first job's settings."""
+    from grpo.validation import check_once
+
     plain, swept = _checkable_overrides(overrides)
-    for key, values in swept.items():
-        options = _options_if_group(key)
-        for value in values if options else ():
-            if value not in options:
-                raise UserError(f"unknown {key} '{value}' (available: {', '.join(options)})")
+    jobs = [_settings([*plain, *job]) for job in _sweep_jobs(swept)]
+    for settings in jobs:
+        check_once(settings)
+    return jobs[0]
+
+
+def load_settings(overrides: Sequence[str] = ()) -> GrpoConfig:
+    """The typed settings `python -m grpo <overrides>` runs with, composed but not checked."""
+    return to_settings(compose(overrides))
+
+
+def _settings(overrides: list[str]) -> GrpoConfig:
     try:
-        cfg = compose(plain)
+        cfg = compose(overrides)
+        settings = to_settings(cfg)
     except Exception as ex:  # Hydra / OmegaConf composition errors
         from hydra.errors import MissingConfigException
 
@@ -135,14 +153,24 @@ def check(overrides: list[str]) -> DictConfig:
                 f"unknown {group} '{name}' (available: {', '.join(sorted(ex.options))})"
             ) from None
         raise UserError(one_line(ex)) from None
-    if cfg.get("env") is None:
+    if settings.env is None:
         raise UserError(
             f"no environment selected: add +env=NAME (available: {', '.join(group_options('env'))})"
         )
-    from grpo.config import validate
+    return settings
 
-    validate(cfg)
-    return cfg
+
+def _sweep_jobs(swept: dict[str, list[str]]) -> list[list[str]]:
+    """The swept overrides of the jobs to check, the sweep's first job first."""
+    keys = list(swept)
+    first = [f"{k}={swept[k][0]}" for k in keys]
+    if math.prod(len(v) for v in swept.values()) <= MAX_CHECKED_JOBS:
+        combos = itertools.product(*(swept[k] for k in keys))
+        return [[f"{k}={v}" for k, v in zip(keys, combo, strict=True)] for combo in combos]
+    # too many to compose each: vary one key at a time
+    return [first] + [
+        [*first[:i], f"{k}={v}", *first[i + 1 :]] for i, k in enumerate(keys) for v in swept[k][1:]
+    ]
 
 
 def _options_if_group(key: str) -> list[str]:
@@ -153,6 +181,8 @@ def _options_if_group(key: str) -> list[str]:
 
 def preflight(argv: Sequence[str]) -> None:
     """Check the command line before Hydra runs it; exit 2 with one line on a problem."""
+    # Hydra has no public way to split a command line into its flags and overrides; this private
+    # import is the project's only use of Hydra internals
     from hydra._internal.utils import get_args_parser
 
     try:

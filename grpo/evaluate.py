@@ -10,28 +10,27 @@ Statistics: `mean` / `std` are over all n*r rollouts (population std, ddof=0, as
 that vf-eval uses); pass@k is reported only when every reward function is binary (0/1) and uses
 the unbiased estimator 1 - C(n-c, k) / C(n, k) per example, averaged over examples.
 
-This module stays light at import time (the config check `validate_eval` runs before any heavy
-import); torch and the rollout engine are imported inside `evaluate`.
+Settings arrive checked (grpo/validation.py). This module stays light at import time: torch and
+the rollout engine are imported inside `evaluate`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
-import json
 import math
-import os
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from grpo.envs.base import Environment, RewardFunc, Row, Rubric, safe_reward
+from grpo.config import GrpoConfig
+from grpo.envs.base import Environment, Row
+from grpo.envs.rubric import RewardFunc, Rubric, score_reward
 from grpo.errors import UserError
+from grpo.files import write_json_atomic, write_jsonl_atomic
 
 RESULTS_FILE = "results.jsonl"
 METADATA_FILE = "metadata.json"
@@ -48,26 +47,6 @@ RESERVED_KEYS = (
     "num_turns",
     "truncated",
 )
-
-
-# ---- config check (light: runs before any heavy import) ---------------------------------------
-
-
-def validate_eval(cfg: Any) -> None:
-    """Reject eval settings that cannot run: one line naming the field and the fix."""
-    ev = cfg.eval
-    for key, flag, default in (("num_examples", "-n", 5), ("rollouts_per_example", "-r", 3)):
-        value = _get(ev, key)
-        if value is None or int(value) < 1:
-            raise UserError(
-                f"eval.{key} must be >= 1 (vf-eval {flag}), got {value}: set e.g. eval.{key}={default}"
-            )
-    temperature = float(ev.temperature)
-    if temperature < 0 or not math.isfinite(temperature):
-        raise UserError(f"eval.temperature must be >= 0 (0 = greedy), got {ev.temperature}")
-    top_p = float(ev.top_p)
-    if not 0.0 < top_p <= 1.0:
-        raise UserError(f"eval.top_p must be in (0, 1], got {ev.top_p}")
 
 
 # ---- statistics ---------------------------------------------------------------------------------
@@ -147,19 +126,15 @@ class EvalResult:
 
 
 def combined_rubric(env: Environment, extra_reward_funcs: Sequence[Any] | None) -> Rubric:
-    """The env rubric plus extra reward functions (objects with name, fn, weight, or tuples)."""
-    extras = [_as_reward_func(f) for f in extra_reward_funcs or ()]
-    funcs = list(env.rubric.funcs) + extras
-    names = [f.name for f in funcs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise UserError(f"reward function names must be unique, {duplicates} appear twice: rename one")
-    reserved = sorted(set(names) & set(RESERVED_KEYS))
+    """The env rubric plus extra reward functions (objects with name, fn, weight, or tuples); names
+    are unique (Rubric) and none is a results.jsonl field."""
+    rubric = Rubric(list(env.rubric.funcs) + [_as_reward_func(f) for f in extra_reward_funcs or ()])
+    reserved = sorted(set(rubric.names) & set(RESERVED_KEYS))
     if reserved:
         raise UserError(f"reward function name(s) {reserved} clash with results.jsonl fields: rename them")
-    if not funcs:
+    if not rubric.funcs:
         raise UserError(f"environment {env.name!r} has no reward functions to evaluate")
-    return Rubric(funcs)
+    return rubric
 
 
 def _as_reward_func(f: Any) -> RewardFunc:
@@ -178,67 +153,16 @@ def score_rollout(
     row: Row,
     completion: list[dict[str, str]],
     state: dict[str, Any],
-) -> dict[str, float]:
-    """Per-function scores of one rollout: the env's own `score`, then each extra function, called
-    with the keywords training passes to rubric functions (prompt, completion, info, state)."""
+) -> dict[str, float | None]:
+    """Per-function scores of one rollout (`score_reward`: a float in [0, 1], or None where a
+    function does not apply): the env's own `score`, then each extra function, called with the
+    keywords training passes to rubric functions (prompt, completion, info, state)."""
     scores = dict(env.score(row, completion, state))
     for f in extras:
-        scores[f.name] = safe_reward(
+        scores[f.name] = score_reward(
             f.fn, prompt=row.prompt, completion=completion, info=row.info, state=state
         )
     return scores
-
-
-# ---- atomic, JSON-safe output --------------------------------------------------------------------
-
-
-def _json_default(obj: Any) -> Any:
-    """Make ground truth JSON-safe: sets become sorted lists, paths and the rest strings."""
-    if isinstance(obj, set | frozenset):
-        return sorted(obj, key=repr)
-    if isinstance(obj, tuple):
-        return list(obj)
-    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
-        with contextlib.suppress(Exception):
-            return obj.item()
-    if hasattr(obj, "tolist") and callable(obj.tolist):
-        with contextlib.suppress(Exception):
-            return obj.tolist()
-    return str(obj)
-
-
-def to_json(obj: Any, **kwargs: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, default=_json_default, allow_nan=True, **kwargs)
-
-
-@contextlib.contextmanager
-def atomic_writer(path: Path) -> Iterator[TextIO]:
-    """Write `path` through a temporary file in the same directory, renamed over `path` only
-    when the block finishes: a crash leaves the previous file (or none), never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def write_jsonl_atomic(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    with atomic_writer(path) as fh:
-        for record in records:
-            fh.write(to_json(record) + "\n")
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    with atomic_writer(path) as fh:
-        fh.write(to_json(obj, indent=2) + "\n")
 
 
 # ---- the report printed to stdout ----------------------------------------------------------------
@@ -278,7 +202,7 @@ def format_report(result: EvalResult, header: dict[str, Any], show_examples: boo
 
 
 def evaluate(
-    cfg: Any,
+    settings: GrpoConfig,
     env: Environment,
     backend: Any,
     out_dir: Path,
@@ -292,8 +216,7 @@ def evaluate(
     in results.jsonl, a per-function mean, and their weighted score counts in the total reward."""
     from grpo.rollout import Sampling, run_rollouts
 
-    validate_eval(cfg)
-    ev = cfg.eval
+    ev = settings.eval
     n_wanted, r = int(ev.num_examples), int(ev.rollouts_per_example)
     rubric = combined_rubric(env, extra_reward_funcs)
     extras = rubric.funcs[len(env.rubric.funcs) :]
@@ -305,12 +228,12 @@ def evaluate(
     sampling = Sampling(
         temperature=float(ev.temperature),
         top_p=float(ev.top_p),
-        max_tokens_per_turn=int(cfg.generation.max_tokens_per_turn),
-        seed=None if _get(ev, "seed") is None else int(ev.seed),
+        max_tokens_per_turn=settings.generation.max_tokens_per_turn,
+        seed=ev.seed,
     )
-    max_completion_tokens = int(cfg.trainer.max_completion_length)
+    max_completion_tokens = settings.trainer.max_completion_length
     out_dir = Path(out_dir)
-    header = _header(cfg, env, len(rows), r, sampling, max_completion_tokens)
+    header = _header(settings, env, len(rows), r, sampling, max_completion_tokens)
     print(f"evaluating {header['env']} ({label}): {len(rows)} examples x {r} rollouts", flush=True)
 
     start = time.perf_counter()
@@ -332,7 +255,8 @@ def evaluate(
         "label": label,
         "step": step,
         **{k: v for k, v in header.items() if k != "sampling"},
-        "env_args": _env_args(cfg),
+        # the env's arguments; its class is recorded as env_class
+        "env_args": {k: v for k, v in (settings.env or {}).items() if k != "_target_"},
         "sampling": header["sampling"],
         "num_examples": result.n,
         "rollouts_per_example": result.r,
@@ -350,15 +274,14 @@ def evaluate(
         "results_file": RESULTS_FILE,
     }
     write_json_atomic(result.metadata_path, metadata)
-    print(
-        format_report(result, _printable_header(header), show_examples=bool(_get(ev, "show_examples", True)))
-    )
+    print(format_report(result, _printable_header(header), show_examples=ev.show_examples))
     sys.stdout.flush()
     return result
 
 
 def _record(env: Environment, rubric: Rubric, extras: Sequence[RewardFunc], rollout: Any) -> dict[str, Any]:
-    """One results.jsonl line: the episode, its ground truth, every function's score and the total."""
+    """One results.jsonl line: the episode, its ground truth, every function's score (null where it
+    does not apply) and the total (`Rubric.total`: a null counts 0)."""
     row: Row = rollout.row
     scores = score_rollout(env, extras, row, rollout.completion, rollout.state)
     return {
@@ -385,14 +308,16 @@ def summarize(
     metadata_path: Path,
     seconds: float,
 ) -> EvalResult:
-    """Statistics of scored rollouts (records in row-major order: example, then rollout index)."""
+    """Statistics of scored rollouts (records in row-major order: example, then rollout index).
+    A function's mean / std are over its non-null scores, as TRL logs them (grpo/envs/rubric.py)."""
     if not records or len(records) % r:
         raise ValueError(f"expected a multiple of r={r} scored rollouts, got {len(records)}")
     totals = [float(rec["reward"]) for rec in records]
     mean, std = mean_std(totals)
+    scored = {name: [rec[name] for rec in records if rec[name] is not None] for name in rubric.names}
     per_function, per_function_std = {}, {}
-    for name in rubric.names:
-        per_function[name], per_function_std[name] = mean_std([float(rec[name]) for rec in records])
+    for name, values in scored.items():
+        per_function[name], per_function_std[name] = mean_std(values)
 
     by_language: dict[str, list[float]] = {}
     examples_by_language: dict[str, set[Any]] = {}
@@ -414,8 +339,8 @@ def summarize(
     # pass@k only for pass/fail tasks: every function declared binary (a continuous reward that
     # happens to be all 0 in this run is not a pass rate)
     declared = all(getattr(f, "binary", False) for f in rubric.funcs)
-    if declared and all(is_binary(float(rec[name]) for rec in records) for name in rubric.names):
-        # a rollout passes when every function that counts (non-zero weight) scored 1
+    if declared and all(is_binary(values) for values in scored.values()):
+        # a rollout passes when every function that counts (non-zero weight) scored 1 (None: no pass)
         counted = [f.name for f in rubric.funcs if f.weight != 0] or rubric.names
         passed = [all(rec[name] == 1.0 for name in counted) for rec in records]
         correct = [sum(passed[i : i + r]) for i in range(0, len(passed), r)]
@@ -440,35 +365,21 @@ def summarize(
     )
 
 
-def _get(node: Any, key: str, default: Any = None) -> Any:
-    if node is None:
-        return default
-    if hasattr(node, "get"):
-        value = node.get(key, default)
-    else:
-        value = getattr(node, key, default)
-    return default if value is None else value
-
-
 def _header(
-    cfg: Any, env: Environment, n: int, r: int, sampling: Any, max_completion_tokens: int
+    settings: GrpoConfig, env: Environment, n: int, r: int, sampling: Any, max_completion_tokens: int
 ) -> dict[str, Any]:
-    gen = cfg.generation
-    backend = str(_get(gen, "backend", "hf"))
-    model = {
-        "name": _get(cfg.model, "name"),
-        "path": _get(cfg.model, "path"),
-        "source": _get(cfg.model, "source"),
-    }
+    gen, m = settings.generation, settings.model
+    backend = gen.backend
+    model = {"name": m.name, "path": m.path, "source": m.source}
     if backend != "hf":
         # the endpoint serves its own model: record what it was asked for and where
-        model["served_model"] = _get(gen, "model")
+        model["served_model"] = gen.model
     return {
         "env": env.name,
         "env_class": f"{type(env).__module__}.{type(env).__qualname__}",
         "model": model,
         "generation_backend": backend,
-        "base_url": _get(gen, "base_url"),
+        "base_url": gen.base_url,
         "sampling": {
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
@@ -495,15 +406,3 @@ def _printable_header(header: dict[str, Any]) -> dict[str, str]:
             f"max_completion_tokens={s['max_completion_tokens']} seed={s['seed']}"
         ),
     }
-
-
-def _env_args(cfg: Any) -> dict[str, Any]:
-    """The env config group as plain data, minus `_target_` (the class is recorded as `env_class`)."""
-    env_cfg = cfg.get("env") if hasattr(cfg, "get") else getattr(cfg, "env", None)
-    if env_cfg is None:
-        return {}
-    from omegaconf import OmegaConf
-
-    args = OmegaConf.to_container(env_cfg, resolve=True) if OmegaConf.is_config(env_cfg) else dict(env_cfg)
-    args.pop("_target_", None)
-    return args

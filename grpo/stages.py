@@ -1,16 +1,55 @@
-"""The stages of a run, in the order `cfg.stages` lists them: reward_model, eval, train.
+"""The stages of a run, in the order `settings.stages` lists them: reward_model, eval, train.
 
 An `eval` before any `train` stage is the baseline, one after it the final evaluation; a run
 without a train stage labels its evaluation `eval`. Everything a stage writes goes under the
-run's output dir (Hydra's job dir), and the tracker logs it.
+run's output dir (Hydra's job dir), and the tracker logs it. Stages receive checked settings
+(grpo.validation ran in the preflight) and hand their results on in a `RunResults`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig
+from grpo.config import GrpoConfig
+
+if TYPE_CHECKING:
+    from grpo.evaluate import EvalResult
+    from grpo.reward_model.train import RMResult
+    from grpo.train import TrainResult
+
+
+@dataclass
+class Policy:
+    """The policy in memory: loaded by the first stage that needs it, then the trained one."""
+
+    model: Any
+    tokenizer: Any
+
+
+@dataclass
+class RunResults:
+    """What the stages of one run have produced so far."""
+
+    policy: Policy | None = None
+    train: TrainResult | None = None
+    reward_model: RMResult | None = None
+    # evaluation label (baseline, final, eval) -> its result
+    evals: dict[str, EvalResult] = field(default_factory=dict)
+    # the last evaluation's mean reward: what `python -m grpo` returns to a sweeper
+    objective: float | None = None
+
+    @property
+    def step(self) -> int:
+        """The global training step reached (0 before training)."""
+        return self.train.global_step if self.train is not None else 0
+
+    def reward_model_checkpoints(self, settings: GrpoConfig) -> list[str]:
+        """The RM dirs GRPO scores with: reward_model.checkpoints, else this run's fresh RM."""
+        if settings.reward_model.checkpoints:
+            return list(settings.reward_model.checkpoints)
+        return [str(self.reward_model.path.resolve())] if self.reward_model is not None else []
 
 
 def run_dir_of_job() -> Path:
@@ -19,85 +58,86 @@ def run_dir_of_job() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
-def eval_label(cfg: DictConfig, trained: bool) -> str:
-    if "train" not in cfg.stages:
+def eval_label(settings: GrpoConfig, trained: bool) -> str:
+    if "train" not in settings.stages:
         return "eval"
     return "final" if trained else "baseline"
 
 
-def run_stages(cfg: DictConfig, run_dir: Path | None = None) -> float | None:
+def run_stages(settings: GrpoConfig, run_dir: Path | None = None) -> float | None:
     """Run every stage; return the last evaluation's mean reward (the sweep objective)."""
-    from grpo.config import validate
     from grpo.envs import build_env
     from grpo.tracking import make_tracker
 
-    validate(cfg)  # again per job: a sweep's preflight only checked its first values
     run_dir = run_dir or run_dir_of_job()
     run_dir.mkdir(parents=True, exist_ok=True)
-    env = build_env(cfg.env)
-    tracker = make_tracker(cfg, run_dir)
-    state: dict[str, Any] = {"model": None, "tokenizer": None, "trained": False, "step": 0, "objective": None}
-    state["eval_means"] = {}
+    env = build_env(settings.env, settings.language)
+    tracker = make_tracker(settings, run_dir)
+    results = RunResults()
     with tracker:
-        tracker.log_config(cfg)
-        for stage in cfg.stages:
-            if stage == "eval" and cfg.resume and "train" in cfg.stages and not state["trained"]:
+        tracker.log_config(settings)
+        for stage in settings.stages:
+            if stage == "eval" and settings.resume and "train" in settings.stages and results.train is None:
                 # the run being resumed already logged its baseline (to the same MLflow run)
                 print("resume: skipping the baseline evaluation (the resumed run has it)")
             elif stage == "eval":
-                _eval_stage(cfg, env, run_dir, tracker, state)
+                _eval_stage(settings, env, run_dir, tracker, results)
             elif stage == "train":
-                _train_stage(cfg, env, run_dir, tracker, state)
+                _train_stage(settings, env, run_dir, tracker, results)
             elif stage == "reward_model":
-                _reward_model_stage(cfg, run_dir, tracker)
-        tracker.finish_run(state["objective"])
-    means = state["eval_means"]
+                _reward_model_stage(settings, run_dir, tracker, results)
+        tracker.finish_run(results.objective)
+    means = {label: result.mean for label, result in results.evals.items()}
     if "baseline" in means and "final" in means:
         change = means["final"] - means["baseline"]
         print(f"reward: baseline {means['baseline']:.4f} -> final {means['final']:.4f} ({change:+.4f})")
-    return state["objective"]
+    return results.objective
 
 
-def _eval_stage(cfg: DictConfig, env, run_dir: Path, tracker, state: dict[str, Any]) -> None:
+def _eval_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
     from grpo.evaluate import evaluate
     from grpo.generation import make_backend
     from grpo.rewards import extra_reward_funcs
 
-    if state["model"] is None and cfg.generation.backend == "hf":
+    if results.policy is None and settings.generation.backend == "hf":
         from grpo.models import load_policy
 
-        state["model"], state["tokenizer"] = load_policy(cfg.model)
-    backend = make_backend(cfg.generation, state["model"], state["tokenizer"], cfg.model)
-    label = eval_label(cfg, state["trained"])
+        results.policy = Policy(*load_policy(settings.model))
+    policy = results.policy or Policy(None, None)
+    backend = make_backend(settings.generation, policy.model, policy.tokenizer, settings.model)
+    label = eval_label(settings, results.train is not None)
     result = evaluate(
-        cfg,
+        settings,
         env,
         backend,
         run_dir / f"eval_{label}",
         label=label,
-        extra_reward_funcs=extra_reward_funcs(cfg, env),
-        step=state["step"],
+        extra_reward_funcs=extra_reward_funcs(settings, env),
+        step=results.step,
     )
-    tracker.log_eval(label, result, step=state["step"])
-    state["objective"] = result.mean
-    state["eval_means"][label] = result.mean
+    tracker.log_eval(label, result, step=results.step)
+    results.evals[label] = result
+    results.objective = result.mean
 
 
-def _train_stage(cfg: DictConfig, env, run_dir: Path, tracker, state: dict[str, Any]) -> None:
+def _train_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
     from grpo.train import train
 
+    policy = results.policy or Policy(None, None)
     result = train(
-        cfg,
+        settings,
         env,
         run_dir,
-        model=state["model"],
-        tokenizer=state["tokenizer"],
+        model=policy.model,
+        tokenizer=policy.tokenizer,
         callbacks=[tracker.trainer_callback()],
+        reward_model_checkpoints=results.reward_model_checkpoints(settings),
     )
-    state.update(model=result.model, tokenizer=result.tokenizer, trained=True, step=result.global_step)
+    results.train = result
+    results.policy = Policy(result.model, result.tokenizer)
 
 
-def _reward_model_stage(cfg: DictConfig, run_dir: Path, tracker) -> None:
+def _reward_model_stage(settings: GrpoConfig, run_dir: Path, tracker: Any, results: RunResults) -> None:
     from grpo.reward_model.train import train_reward_model
 
-    train_reward_model(cfg, run_dir / "reward_model", tracker=tracker)
+    results.reward_model = train_reward_model(settings, run_dir / "reward_model", tracker=tracker)

@@ -19,15 +19,13 @@ How the pieces meet TRL (trl 1.16, read its grpo_trainer.py):
 - Reference model (beta > 0): under LoRA, TRL uses the adapter-disabled base (no second copy);
   without LoRA, TRL loads a copy from the policy's path, so random-weight policies are first saved
   to <run_dir>/initial_model.
-- Checkpoints: every save_steps (and at the end) under <run_dir>/checkpoints. transformers writes a
-  checkpoint in place (no temp dir + rename), so a marker file is written after the whole checkpoint
-  is on disk (fsynced); `latest_checkpoint` only picks marked checkpoints, so a run killed mid-save
-  never yields a corrupt "latest". `resume=<run dir>` restarts from that run's latest complete
+- Checkpoints: every save_steps (and at the end) under <run_dir>/checkpoints, each marked complete
+  once on disk (grpo/checkpoints.py). `resume=<run dir>` restarts from that run's latest complete
   checkpoint: weights, optimizer, scheduler, RNG states and global step, with the same data order
   (the sampler is seeded by trainer.seed and transformers skips the batches already consumed).
 
-The module's top level is light (the config check imports `latest_checkpoint`); torch,
-transformers and trl load inside the functions that need them.
+Settings arrive checked (grpo/validation.py). torch, transformers and trl load inside the
+functions that need them.
 """
 
 from __future__ import annotations
@@ -42,22 +40,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo.errors import UserError
-
-CHECKPOINTS_DIR = "checkpoints"
-CHECKPOINT_PREFIX = "checkpoint-"
-# written last into a checkpoint dir, once everything else is on disk
-COMPLETE_MARKER = "grpo_checkpoint_complete.json"
-INITIAL_MODEL_DIR = "initial_model"
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "adapter_model.safetensors",
-    "pytorch_model.bin",
+from grpo.checkpoints import (
+    CHECKPOINT_PREFIX,
+    CHECKPOINTS_DIR,
+    checkpoints_of,
+    is_complete_checkpoint,
+    latest_checkpoint,
+    mark_checkpoint_complete,
+    resume_drift,
 )
-# our optimizer names -> transformers `optim`
-OPTIMIZERS = {"adamw": "adamw_torch", "sgd": "sgd", "adafactor": "adafactor", "adamw_8bit": "adamw_bnb_8bit"}
-VLLM_MODES = {"vllm_colocate": "colocate", "vllm_server": "server"}
+from grpo.config import OPTIMIZERS, VLLM_MODES, GenerationConfig, GrpoConfig, ModelConfig
+
+INITIAL_MODEL_DIR = "initial_model"
 
 
 @dataclass
@@ -76,139 +70,6 @@ class TrainResult:
     seconds: float = 0.0
     # every log TRL emitted (one dict per logging step)
     log_history: list[dict[str, Any]] = field(default_factory=list)
-
-
-# ---- checkpoints (light) -------------------------------------------------------------------------
-
-
-def checkpoint_step(path: Path) -> int | None:
-    """The global step in a `checkpoint-N` dir name, else None."""
-    name = path.name
-    if not name.startswith(CHECKPOINT_PREFIX):
-        return None
-    suffix = name[len(CHECKPOINT_PREFIX) :]
-    return int(suffix) if suffix.isdigit() else None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def is_complete_checkpoint(path: Path) -> bool:
-    """A checkpoint dir everything was written to: our marker and the trainer state agree on its
-    step, and the weights, optimizer and scheduler files are there."""
-    step = checkpoint_step(path)
-    if step is None or not path.is_dir():
-        return False
-    marker = _read_json(path / COMPLETE_MARKER)
-    state = _read_json(path / "trainer_state.json")
-    if not isinstance(marker, dict) or marker.get("global_step") != step:
-        return False
-    if not isinstance(state, dict) or state.get("global_step") != step:
-        return False
-    if not any((path / f).is_file() for f in WEIGHT_FILES):
-        return False
-    return all((path / f).is_file() for f in marker.get("files", ()))
-
-
-def checkpoints_of(run_dir: str | os.PathLike[str]) -> list[Path]:
-    """The `checkpoint-N` dirs of a run (its output dir, its checkpoints dir, or a checkpoint
-    itself), newest step first."""
-    root = Path(run_dir)
-    if checkpoint_step(root) is not None:
-        return [root]
-    if (root / CHECKPOINTS_DIR).is_dir():
-        root = root / CHECKPOINTS_DIR
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is not None]
-    return sorted(found, key=lambda p: checkpoint_step(p) or 0, reverse=True)
-
-
-def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path:
-    """The newest COMPLETE checkpoint of a previous run; incomplete ones (a run killed while
-    saving) are skipped. UserError when there is none."""
-    root = Path(run_dir).expanduser()
-    if not root.exists():
-        raise UserError(
-            f"resume={run_dir}: no such directory; pass a previous run's output dir (outputs/runs/...)"
-        )
-    candidates = checkpoints_of(root)
-    for ckpt in candidates:
-        if is_complete_checkpoint(ckpt):
-            return ckpt
-    where = root / CHECKPOINTS_DIR if (root / CHECKPOINTS_DIR).is_dir() else root
-    skipped = f" ({len(candidates)} incomplete skipped)" if candidates else ""
-    raise UserError(
-        f"resume={run_dir}: no complete checkpoint under {where}{skipped}; a run writes one every "
-        "trainer.save_steps steps and at its end"
-    )
-
-
-# settings that fix the data order and the batches: a resumed run should keep them
-RESUME_KEYS = (
-    "trainer.num_generations",
-    "trainer.per_device_batch_completions",
-    "trainer.gradient_accumulation_steps",
-    "trainer.num_iterations",
-    "trainer.seed",
-    "env._target_",
-    "env.seed",
-    "env.num_train_examples",
-)
-
-
-def resume_drift(cfg: Any, run_dir: str | os.PathLike[str]) -> list[str]:
-    """`key: before -> now` for every RESUME_KEYS setting that differs from the resumed run's
-    own config (<run_dir>/.hydra/config.yaml, written by Hydra); empty when it cannot be read."""
-    from omegaconf import OmegaConf
-
-    saved = Path(run_dir).expanduser() / ".hydra" / "config.yaml"
-    if not saved.is_file():
-        return []
-    try:
-        before = OmegaConf.load(saved)
-    except Exception:
-        return []
-    drift = []
-    for key in RESUME_KEYS:
-        old = OmegaConf.select(before, key, default=None, throw_on_resolution_failure=False)
-        new = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-        if old is not None and old != new:
-            drift.append(f"{key}: {old} -> {new}")
-    return drift
-
-
-def mark_checkpoint_complete(path: Path, global_step: int) -> None:
-    """Flush every file of a finished checkpoint to disk, then write the marker atomically."""
-    files = sorted(
-        str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER
-    )
-    for name in files:
-        with open(path / name, "rb") as fh:
-            os.fsync(fh.fileno())
-    tmp = path / f".{COMPLETE_MARKER}.tmp"
-    tmp.write_text(json.dumps({"global_step": global_step, "files": files}), encoding="utf-8")
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path / COMPLETE_MARKER)
-    _fsync_dir(path)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # ---- dataset and prompt -> row mapping ---------------------------------------------------------
@@ -268,13 +129,15 @@ def train_dataset(rows: Sequence[Any]) -> Any:
 class EnvRolloutFunc:
     """TRL `rollout_func`: the environment's episodes for a generation batch of prompts."""
 
-    def __init__(self, env: Any, index: PromptIndex, tokenizer: Any, gen_cfg: Any, model_cfg: Any):
+    def __init__(
+        self, env: Any, index: PromptIndex, tokenizer: Any, gen_cfg: GenerationConfig, model_cfg: ModelConfig
+    ):
         self.env = env
         self.index = index
         self.tokenizer = tokenizer
         self.gen_cfg = gen_cfg
         self.model_cfg = model_cfg
-        self.max_tokens_per_turn = int(gen_cfg.max_tokens_per_turn)
+        self.max_tokens_per_turn = gen_cfg.max_tokens_per_turn
         # filled after each call, for tests and debugging: the rollouts of the last batch
         self.last_rollouts: list[Any] = []
 
@@ -361,15 +224,11 @@ def rollout_fields(rollouts: Sequence[Any]) -> dict[str, list[Any]]:
 # ---- TRL config ---------------------------------------------------------------------------------
 
 
-def _plain(value: Any) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-
-
-def grpo_config_kwargs(cfg: Any, output_dir: Path, reward_weights: Sequence[float]) -> dict[str, Any]:
-    """trl.GRPOConfig keyword arguments for a composed config."""
-    t, o, g = cfg.trainer, cfg.optimizer, cfg.generation
+def grpo_config_kwargs(
+    settings: GrpoConfig, output_dir: Path, reward_weights: Sequence[float]
+) -> dict[str, Any]:
+    """trl.GRPOConfig keyword arguments for a run's settings."""
+    t, o, g = settings.trainer, settings.optimizer, settings.generation
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
         # batch geometry (TRL counts the per-device batch in completions)
@@ -420,7 +279,7 @@ def grpo_config_kwargs(cfg: Any, output_dir: Path, reward_weights: Sequence[floa
     if g.backend in VLLM_MODES:
         from grpo.generation.vllm import server_base_url
 
-        extra = dict(_plain(g.extra) or {})
+        extra = g.extra
         kwargs.update(
             use_vllm=True,
             vllm_mode=VLLM_MODES[g.backend],
@@ -432,7 +291,7 @@ def grpo_config_kwargs(cfg: Any, output_dir: Path, reward_weights: Sequence[floa
             vllm_max_model_length=extra.get("max_model_length"),
             vllm_tensor_parallel_size=int(extra.get("tensor_parallel_size", 1)),
         )
-    kwargs.update(dict(_plain(t.extra) or {}))
+    kwargs.update(t.extra)
     return kwargs
 
 
@@ -442,14 +301,14 @@ def _has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def make_grpo_config(cfg: Any, output_dir: Path, reward_weights: Sequence[float]) -> Any:
+def make_grpo_config(settings: GrpoConfig, output_dir: Path, reward_weights: Sequence[float]) -> Any:
     """The trl.GRPOConfig of a run; TRL's own rejections become one-line UserErrors."""
 
     from trl import GRPOConfig
 
     from grpo.trl_config import build_trl_config
 
-    kwargs = grpo_config_kwargs(cfg, output_dir, reward_weights)
+    kwargs = grpo_config_kwargs(settings, output_dir, reward_weights)
     return build_trl_config(GRPOConfig, kwargs, "trainer", "trainer.extra")
 
 
@@ -519,28 +378,12 @@ def _clock(seconds: float) -> str:
 # ---- the stage ------------------------------------------------------------------------------------
 
 
-def _check_gpu_requirements(cfg: Any) -> None:
-    """GPU-only settings, checked with torch before any model loads (validate() has already done
-    the light checks)."""
-    import torch
-
-    if cfg.optimizer.name == "adamw_8bit" and not torch.cuda.is_available():
-        raise UserError(
-            "optimizer=adamw_8bit needs a CUDA GPU (bitsandbytes 8-bit states): use optimizer=adamw on CPU"
-        )
-    if cfg.generation.backend in VLLM_MODES and not torch.cuda.is_available():
-        # colocate runs vLLM on this GPU; server mode pushes the weights to the server over NCCL
-        raise UserError(
-            f"generation={cfg.generation.backend} needs a CUDA GPU for training: use generation=hf on CPU"
-        )
-
-
-def _ensure_loadable(model: Any, tokenizer: Any, model_cfg: Any, run_dir: Path) -> None:
+def _ensure_loadable(model: Any, tokenizer: Any, model_cfg: ModelConfig, run_dir: Path) -> None:
     """TRL loads a second copy of the policy from `model.name_or_path` (the reference model when
     beta > 0 without LoRA; the colocated vLLM engine). A random-weight policy has no such path:
     save its initial weights under the run dir and point the config there."""
     name = str(getattr(model.config, "_name_or_path", "") or "")
-    if name and (Path(name).is_dir() or str(model_cfg.source) == "pretrained"):
+    if name and (Path(name).is_dir() or model_cfg.source == "pretrained"):
         return
     out = run_dir / INITIAL_MODEL_DIR
     model.save_pretrained(str(out))
@@ -550,19 +393,19 @@ def _ensure_loadable(model: Any, tokenizer: Any, model_cfg: Any, run_dir: Path) 
     model.name_or_path = str(out)
 
 
-def _needs_model_path(cfg: Any, peft_config: Any) -> bool:
-    reference_copy = float(cfg.trainer.beta) > 0 and peft_config is None
-    return reference_copy or cfg.generation.backend == "vllm_colocate"
+def _needs_model_path(settings: GrpoConfig, peft_config: Any) -> bool:
+    reference_copy = settings.trainer.beta > 0 and peft_config is None
+    return reference_copy or settings.generation.backend == "vllm_colocate"
 
 
-def _header(cfg: Any, env: Any, resume_from: Path | None) -> str:
-    t, o = cfg.trainer, cfg.optimizer
+def _header(settings: GrpoConfig, env: Any, resume_from: Path | None) -> str:
+    t, o = settings.trainer, settings.optimizer
     prompts = t.per_device_batch_completions // t.num_generations
     text = (
-        f"env {env.name} | model {cfg.model.name} | {t.max_steps} steps x {t.gradient_accumulation_steps} "
+        f"env {env.name} | model {settings.model.name} | {t.max_steps} steps x {t.gradient_accumulation_steps} "
         f"micro-batch(es) of {t.per_device_batch_completions} completions ({prompts} prompts x "
         f"{t.num_generations}) | loss {t.loss_type}, beta {t.beta}, scale {t.scale_rewards} | "
-        f"{o.name} lr {o.lr:g} | generation {cfg.generation.backend}"
+        f"{o.name} lr {o.lr:g} | generation {settings.generation.backend}"
     )
     return text + (f" | from {resume_from}" if resume_from else "")
 
@@ -580,27 +423,24 @@ class TrainerBundle:
 
 
 def build_trainer(
-    cfg: Any,
+    settings: GrpoConfig,
     env: Any,
     run_dir: str | os.PathLike[str],
     *,
     model: Any = None,
     tokenizer: Any = None,
     callbacks: Sequence[Any] = (),
+    reward_model_checkpoints: Sequence[str] | None = None,
 ) -> TrainerBundle:
-    """Validate the config, load the policy if not given, and build TRL's GRPOTrainer for `env`."""
-    from grpo.config import validate
-
-    validate(cfg)
-    _check_gpu_requirements(cfg)
+    """Load the policy if not given, and build TRL's GRPOTrainer for `env` from checked settings."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    resume_from = latest_checkpoint(cfg.resume) if cfg.get("resume") else None
+    resume_from = latest_checkpoint(settings.resume) if settings.resume else None
     if resume_from is not None:
-        drift = resume_drift(cfg, cfg.resume)
+        drift = resume_drift(settings, settings.resume)
         if drift:
             print(
-                f"[train] warning: resuming with settings that differ from {cfg.resume} (the data order and "
+                f"[train] warning: resuming with settings that differ from {settings.resume} (the data order and "
                 f"batches will not continue exactly): {'; '.join(drift)}",
                 file=sys.stderr,
             )
@@ -609,7 +449,7 @@ def build_trainer(
     from grpo.models import load_policy, lora_config
     from grpo.rewards import all_reward_funcs, rubric_reward_funcs
 
-    reward_funcs, weights = rubric_reward_funcs(all_reward_funcs(cfg, env))
+    reward_funcs, weights = rubric_reward_funcs(all_reward_funcs(settings, env, reward_model_checkpoints))
     rows = env.rows("train")
     index = PromptIndex(rows)
     if index.ambiguous:
@@ -617,19 +457,19 @@ def build_trainer(
             f"[train] note: {index.ambiguous} train rows share their prompt with another row", file=sys.stderr
         )
     output_dir = run_dir / CHECKPOINTS_DIR
-    args = make_grpo_config(cfg, output_dir, weights)
+    args = make_grpo_config(settings, output_dir, weights)
 
     if model is None or tokenizer is None:
-        model, tokenizer = load_policy(cfg.model)
-    peft_config = lora_config(cfg.model)
-    if _needs_model_path(cfg, peft_config):
-        _ensure_loadable(model, tokenizer, cfg.model, run_dir)
+        model, tokenizer = load_policy(settings.model)
+    peft_config = lora_config(settings.model.lora)
+    if _needs_model_path(settings, peft_config):
+        _ensure_loadable(model, tokenizer, settings.model, run_dir)
 
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
-    marker, printer = _callbacks(_header(cfg, env, resume_from))
-    rollout = EnvRolloutFunc(env, index, tokenizer, cfg.generation, cfg.model)
+    marker, printer = _callbacks(_header(settings, env, resume_from))
+    rollout = EnvRolloutFunc(env, index, tokenizer, settings.generation, settings.model)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
@@ -645,25 +485,31 @@ def build_trainer(
 
 
 def train(
-    cfg: Any,
+    settings: GrpoConfig,
     env: Any,
     run_dir: str | os.PathLike[str],
     *,
     model: Any = None,
     tokenizer: Any = None,
-    callbacks: Sequence[Any] | None = None,
-    tracker: Any = None,
+    callbacks: Sequence[Any] = (),
+    reward_model_checkpoints: Sequence[str] | None = None,
 ) -> TrainResult:
     """Train the policy on `env` with GRPO; checkpoints go to <run_dir>/checkpoints.
 
     `model`/`tokenizer`: an already loaded policy (e.g. from the baseline evaluation), else it is
-    loaded from cfg.model. `callbacks`: extra transformers TrainerCallbacks (tracking adds one);
-    `tracker`: used for its trainer_callback() when no callbacks are given. With cfg.resume set,
-    training continues from that run's latest complete checkpoint."""
-    extra = list(callbacks or [])
-    if not extra and tracker is not None and hasattr(tracker, "trainer_callback"):
-        extra = [tracker.trainer_callback()]
-    bundle = build_trainer(cfg, env, run_dir, model=model, tokenizer=tokenizer, callbacks=extra)
+    loaded from settings.model. `callbacks`: extra transformers TrainerCallbacks (tracking adds
+    one). `reward_model_checkpoints`: the RM dirs a learned reward scores with (None:
+    reward_model.checkpoints). With
+    settings.resume set, training continues from that run's latest complete checkpoint."""
+    bundle = build_trainer(
+        settings,
+        env,
+        run_dir,
+        model=model,
+        tokenizer=tokenizer,
+        callbacks=callbacks,
+        reward_model_checkpoints=reward_model_checkpoints,
+    )
     trainer = bundle.trainer
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(bundle.resume_from) if bundle.resume_from else None)

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from grpo.cli import compose, group_options
-from grpo.config import validate
+from grpo.config import to_settings
 from grpo.errors import UserError
+from grpo.validation import check
 
 GROUPS = ["model", "language", "reward_model", "optimizer", "trainer", "generation", "tracking"]
 ENVS = group_options("env")
@@ -60,10 +61,10 @@ def test_every_option_of_every_group_composes_with_every_env(group, env):
         if env == "char_target" and group == "language" and option != "en":
             continue  # char_target is an English-only toy env (its build, not composition, says so)
         if reason is None:
-            validate(cfg)
+            check(to_settings(cfg))
         else:
             with pytest.raises(UserError, match=reason):
-                validate(cfg)
+                check(to_settings(cfg))
 
 
 def test_sweep_presets_are_a_group():

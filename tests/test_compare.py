@@ -12,8 +12,9 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from grpo.compare import best_point, final_reward, main
+from grpo.compare import main
 from grpo.tracking.store import make_client
+from grpo.tracking.summary import best_point, final_reward
 
 # job -> (varied overrides, status, train/reward per step, baseline, final)
 JOBS = {

@@ -8,6 +8,7 @@ following a per-rollout plan) so that scores other than 0 go through the whole p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -19,22 +20,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaged_env import packaged_env
 
-from grpo.cli import compose
+from grpo.cli import load_settings
 from grpo.envs import build_env
 from grpo.envs.arithmetic import ArithmeticEnv
-from grpo.envs.base import Environment, RewardFunc, Row, assistant_turns
+from grpo.envs.base import Environment, Row
+from grpo.envs.parsers import assistant_turns
+from grpo.envs.rubric import RewardFunc
 from grpo.errors import UserError
 from grpo.evaluate import (
     METADATA_FILE,
     RESULTS_FILE,
     evaluate,
     pass_at_k,
-    to_json,
-    validate_eval,
     write_jsonl_atomic,
 )
+from grpo.files import to_json
 from grpo.generation.base import GenRequest, GenResult, Sampling
+from grpo.validation import check
 
 RECORD_KEYS = {
     "example_id",
@@ -100,8 +104,8 @@ class ScriptedBackend:
 def tiny_alphabet() -> tuple[Any, Any, Any]:
     from grpo.generation import make_backend
 
-    cfg = compose(["+env=alphabet_sort", *TINY, "eval.num_examples=2", "eval.rollouts_per_example=2"])
-    return cfg, build_env(cfg.env), make_backend(cfg.generation, None, None, cfg.model)
+    cfg = load_settings(["+env=alphabet_sort", *TINY, "eval.num_examples=2", "eval.rollouts_per_example=2"])
+    return cfg, build_env(cfg.env, cfg.language), make_backend(cfg.generation, None, None, cfg.model)
 
 
 # ---- the estimator and small pieces ----------------------------------------------------------------
@@ -159,17 +163,17 @@ def test_to_json_is_utf8_and_json_safe() -> None:
         ("eval.temperature=-1", "eval.temperature"),
     ],
 )
-def test_validate_eval_rejects_bad_settings(override: str, field: str) -> None:
-    cfg = compose(["+env=alphabet_sort", override])
+def test_eval_rules_reject_bad_settings(override: str, field: str) -> None:
+    settings = load_settings(["+env=alphabet_sort", override])
     with pytest.raises(UserError, match=field) as info:
-        validate_eval(cfg)
+        check(settings)
     assert "\n" not in str(info.value)
 
 
-def test_validate_eval_accepts_defaults() -> None:
-    cfg = compose(["+env=alphabet_sort"])
-    validate_eval(cfg)
-    assert (cfg.eval.num_examples, cfg.eval.rollouts_per_example) == (5, 3)
+def test_eval_rules_accept_defaults() -> None:
+    settings = load_settings(["+env=alphabet_sort"])
+    check(settings)
+    assert (settings.eval.num_examples, settings.eval.rollouts_per_example) == (5, 3)
 
 
 def test_cli_negative_num_examples_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -258,8 +262,7 @@ def test_evaluate_is_deterministic_per_seed(tmp_path: Path, tiny_alphabet) -> No
     cfg, env, backend = tiny_alphabet
 
     def completions(seed: int, name: str) -> list[Any]:
-        run_cfg = cfg.copy()
-        run_cfg.eval.seed = seed
+        run_cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, seed=seed))
         evaluate(run_cfg, env, backend, tmp_path / name)
         return [(r["prompt"], r["completion"]) for r in read_results(tmp_path / name / RESULTS_FILE)]
 
@@ -279,8 +282,8 @@ def add_bogus_line(reference: str) -> str:
 
 
 def test_scripted_alphabet_sort_scores_and_no_pass_at_k(tmp_path: Path, capsys) -> None:
-    cfg = compose(["+env=alphabet_sort", "eval.num_examples=3", "eval.rollouts_per_example=2"])
-    env = build_env(cfg.env)
+    cfg = load_settings(["+env=alphabet_sort", "eval.num_examples=3", "eval.rollouts_per_example=2"])
+    env = build_env(cfg.env, cfg.language)
     rows = env.rows("eval", 3)
     backend = ScriptedBackend(env, rows, [[True, False]] * 3, add_bogus_line)
     result = evaluate(cfg, env, backend, tmp_path)
@@ -301,8 +304,8 @@ def test_scripted_alphabet_sort_scores_and_no_pass_at_k(tmp_path: Path, capsys) 
 
 
 def test_arithmetic_pass_at_k_hand_worked(tmp_path: Path, capsys) -> None:
-    cfg = compose(["+env=arithmetic", "eval.num_examples=3", "eval.rollouts_per_example=3"])
-    env = build_env(cfg.env)
+    cfg = load_settings(["+env=arithmetic", "eval.num_examples=3", "eval.rollouts_per_example=3"])
+    env = build_env(cfg.env, cfg.language)
     plan = [[True, False, True], [False, False, False], [True, True, True]]
     backend = ScriptedBackend(env, env.rows("eval", 3), plan, lambda _: "no idea \\boxed{nope}")
     result = evaluate(cfg, env, backend, tmp_path)
@@ -331,8 +334,11 @@ class TwoLanguageArithmetic(ArithmeticEnv):
 
 
 def test_per_language_table(tmp_path: Path, capsys) -> None:
-    cfg = compose(["+env=arithmetic", "eval.num_examples=4", "eval.rollouts_per_example=2"])
-    env = TwoLanguageArithmetic(seed=0, num_eval_examples=10)
+    cfg = load_settings(["+env=arithmetic", "eval.num_examples=4", "eval.rollouts_per_example=2"])
+    # language=mix: the env holds the en and sv prompts its rows' references are written in
+    env = packaged_env(
+        "arithmetic", "mix", _target_="test_evaluate.TwoLanguageArithmetic", num_eval_examples=10
+    )
     # en rows (0, 2): 1 of 4 right; sv rows (1, 3): 3 of 4 right
     plan = [[True, False], [True, True], [False, False], [True, False]]
     backend = ScriptedBackend(env, env.rows("eval", 4), plan, lambda _: "\\boxed{}")
@@ -358,8 +364,8 @@ def test_per_language_table(tmp_path: Path, capsys) -> None:
 
 
 def test_extra_reward_name_clash_is_user_error(tmp_path: Path) -> None:
-    cfg = compose(["+env=arithmetic", "eval.num_examples=1", "eval.rollouts_per_example=1"])
-    env = build_env(cfg.env)
+    cfg = load_settings(["+env=arithmetic", "eval.num_examples=1", "eval.rollouts_per_example=1"])
+    env = build_env(cfg.env, cfg.language)
     backend = ScriptedBackend(env, env.rows("eval", 1), [[True]], str)
     with pytest.raises(UserError, match="exact_match"):
         evaluate(cfg, env, backend, tmp_path, extra_reward_funcs=[RewardFunc("exact_match", ascii_share)])

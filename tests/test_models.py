@@ -11,13 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_module
-from omegaconf import DictConfig, OmegaConf
 
-from grpo.config import register_schema
+from grpo.cli import load_settings
+from grpo.config import ModelConfig
 from grpo.errors import UserError
 from grpo.models import (
-    chat_template_kwargs,
     load_policy,
     load_tokenizer,
     lora_config,
@@ -36,8 +34,7 @@ from grpo.models.tiny import (
     tiny_tokenizer,
     tiny_tokenizer_dir,
 )
-
-register_schema()
+from grpo.validation import check
 
 MULTILINGUAL = [
     "Hello, world! Sort: Alice, Bob.",
@@ -62,10 +59,15 @@ MULTILINGUAL = [
 ]
 
 
-def model_cfg(*overrides: str) -> DictConfig:
-    with initialize_config_module("grpo.conf", version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides))
-    return cfg.model
+def model_cfg(*overrides: str) -> ModelConfig:
+    return load_settings(overrides).model
+
+
+def rule_error(*overrides: str) -> str:
+    """The one-line error the config rules give for `overrides` (grpo.validation)."""
+    with pytest.raises(UserError) as exc:
+        check(load_settings(["+env=alphabet_sort", *overrides]))
+    return _one_line(exc)
 
 
 @pytest.fixture(scope="module")
@@ -163,9 +165,9 @@ def test_chat_template_renders_chatml(tok):
 
 
 def test_render_chat_applies_config_kwargs(tok):
-    cfg = model_cfg("model=qwen3_0_6b")
-    assert chat_template_kwargs(cfg) == {"enable_thinking": False}
-    assert chat_template_kwargs(model_cfg()) == {}
+    cfg = model_cfg("model=qwen3_0_6b").chat_template_kwargs
+    assert cfg == {"enable_thinking": False}
+    assert model_cfg().chat_template_kwargs == {}
     messages = [{"role": "user", "content": "hi"}]
     assert render_chat(tok, messages, cfg) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert render_chat(tok, messages, cfg, add_generation_prompt=False) == "<|im_start|>user\nhi<|im_end|>\n"
@@ -236,8 +238,8 @@ def test_tiny_model_forward_and_generate(tiny_policy):
     assert model.config.eos_token_id == tok.eos_token_id and model.config.pad_token_id == tok.pad_token_id
     assert model.dtype == torch.float32 and not model.training
     prompts = [
-        render_chat(tok, [{"role": "user", "content": "Sort: Bob, Alice"}], model_cfg()),
-        render_chat(tok, [{"role": "user", "content": "排序：王芳、李明、张伟、赵六、陈七"}], model_cfg()),
+        render_chat(tok, [{"role": "user", "content": "Sort: Bob, Alice"}], {}),
+        render_chat(tok, [{"role": "user", "content": "排序：王芳、李明、张伟、赵六、陈七"}], {}),
     ]
     batch = tok(prompts, return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -274,8 +276,8 @@ def test_saved_tiny_model_loads_back_through_pretrained_with_identical_logits(ti
     cfg = model_cfg("model=qwen3_0_6b", f"model.path={saved_tiny}", "model.dtype=float32")
     loaded, loaded_tok = load_policy(cfg)
     messages = [{"role": "user", "content": "Ordnen: Zoë, Ärger, 李明 😀"}]
-    text = render_chat(tok, messages, cfg)
-    assert render_chat(loaded_tok, messages, cfg) == text
+    text = render_chat(tok, messages, cfg.chat_template_kwargs)
+    assert render_chat(loaded_tok, messages, cfg.chat_template_kwargs) == text
     assert loaded_tok(text)["input_ids"] == tok(text)["input_ids"]
     assert loaded_tok.padding_side == "left" and loaded_tok.eos_token_id == tok.eos_token_id
     batch = tok([text], return_tensors="pt")
@@ -293,7 +295,7 @@ def test_random_source_with_explicit_tokenizer_dir(saved_tiny):
 def test_qwen3_0_6b_random_has_the_exact_architecture(tok):
     cfg = model_cfg("model=qwen3_0_6b_random")
     assert cfg.source == "random" and resolve_dtype(cfg) == torch.bfloat16
-    config = qwen3_config(OmegaConf.to_container(cfg.architecture), tok, resolve_dtype(cfg))
+    config = qwen3_config(cfg.architecture, tok, resolve_dtype(cfg))
     assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (1024, 28, 16)
     assert (config.num_key_value_heads, config.head_dim, config.intermediate_size) == (8, 128, 3072)
     assert config.vocab_size == 151936 and config.max_position_embeddings == 40960
@@ -319,9 +321,8 @@ def _one_line(exc: pytest.ExceptionInfo) -> str:
 
 
 def test_bad_dtype_is_a_user_error():
-    with pytest.raises(UserError) as exc:
-        load_policy(model_cfg("model.dtype=float8"))
-    assert "model.dtype='float8'" in _one_line(exc) and "bfloat16" in str(exc.value)
+    message = rule_error("model.dtype=float8")
+    assert "model.dtype='float8'" in message and "bfloat16" in message
 
 
 def test_missing_local_path_is_a_user_error(tmp_path):
@@ -359,14 +360,12 @@ def test_unreachable_hub_id_is_a_user_error():
 @pytest.mark.parametrize(
     ("overrides", "needle"),
     [
-        (["model.source=hub"], "model.source='hub'"),
         (["+model.architecture.hidden_sizee=8"], "unknown Qwen3Config field(s) ['hidden_sizee']"),
         (["+model.architecture.vocab_size=100"], "model.architecture.vocab_size=100 is smaller"),
         (["+model.architecture.eos_token_id=1"], "model.architecture.eos_token_id is set from the tokenizer"),
         (["model.architecture.num_attention_heads=0"], "model.architecture.num_attention_heads=0 must be"),
         (["model.architecture.num_key_value_heads=3"], "must be a multiple of num_key_value_heads=3"),
         (["+model.architecture.rope_parameters=5"], "model.architecture is not a valid Qwen3 config"),
-        (["model=qwen3_0_6b", "model.path=null"], "model.path is required"),
     ],
 )
 def test_bad_model_config_is_a_user_error(overrides, needle):
@@ -375,25 +374,37 @@ def test_bad_model_config_is_a_user_error(overrides, needle):
     assert needle in _one_line(exc)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["model.source=hub"], "model.source='hub'"),
+        (["model=qwen3_0_6b", "model.path=null"], "model.path is required"),
+        (["model.path=/data/qwen"], "model.path=/data/qwen is not used with model.source=random"),
+    ],
+)
+def test_bad_model_source_is_a_rule_error(overrides, needle):
+    assert needle in rule_error(*overrides)
+
+
 # ---------------------------------------------------------------- LoRA and import weight
 
 
 def test_lora_config_from_model_lora(tiny_policy):
-    assert lora_config(model_cfg()) is None
+    assert lora_config(model_cfg().lora) is None
     cfg = model_cfg(
         "model.lora.enabled=true",
         "model.lora.r=4",
         "model.lora.alpha=8",
         "model.lora.target_modules=[q_proj,v_proj]",
     )
-    lc = lora_config(cfg)
+    lc = lora_config(cfg.lora)
     assert (lc.r, lc.lora_alpha, lc.lora_dropout) == (4, 8, 0.05)
     assert set(lc.target_modules) == {"q_proj", "v_proj"} and lc.task_type == "CAUSAL_LM"
     # the default target modules exist in the Qwen3 model
     from peft import get_peft_model
 
     fresh, _ = load_policy(model_cfg())
-    peft_model = get_peft_model(fresh, lora_config(model_cfg("model.lora.enabled=true")))
+    peft_model = get_peft_model(fresh, lora_config(model_cfg("model.lora.enabled=true").lora))
     trainable = {
         n.split(".lora_")[0].rsplit(".", 1)[-1] for n, p in peft_model.named_parameters() if p.requires_grad
     }
@@ -409,9 +420,7 @@ def test_lora_config_from_model_lora(tiny_policy):
     ],
 )
 def test_bad_lora_is_a_user_error(override, needle):
-    with pytest.raises(UserError) as exc:
-        lora_config(model_cfg("model.lora.enabled=true", override))
-    assert needle in _one_line(exc)
+    assert needle in rule_error("model.lora.enabled=true", override)
 
 
 def test_importing_grpo_models_is_light():

@@ -22,13 +22,14 @@ from typing import Any
 
 import pytest
 
-from grpo.cli import compose
+from grpo.cli import load_settings
 from grpo.envs import build_env
 from grpo.envs.base import Environment, Row
 from grpo.errors import UserError
 from grpo.generation import Sampling, make_backend
 from grpo.generation.openai_endpoint import OpenAIBackend
 from grpo.rollout import run_rollouts
+from grpo.validation import check
 
 KEY_VAR = "GRPO_TEST_ENDPOINT_KEY"
 
@@ -141,11 +142,11 @@ class ScriptedServer:
 
 def endpoint_backend(url: str, **overrides: Any):
     settings = {"max_concurrency": 32, "timeout_s": 10, "max_retries": 0, **overrides}
-    cfg = compose(
+    cfg = load_settings(
         ["+env=alphabet_sort", "generation=openai", f"generation.base_url={url}", "generation.model=scripted"]
         + [f"generation.{k}={v}" for k, v in settings.items()]
     )
-    return make_backend(cfg.generation)
+    return make_backend(cfg.generation, None, None, cfg.model)
 
 
 def free_port() -> int:
@@ -267,21 +268,22 @@ def test_unreachable_endpoint_names_base_url():
 def test_bad_endpoint_settings_are_one_line_user_errors(monkeypatch):
     monkeypatch.delenv(KEY_VAR, raising=False)
     base = ["+env=alphabet_sort", "generation=openai", "generation.base_url=http://127.0.0.1:9/v1"]
+    base = [*base, "stages=[eval]"]
     with pytest.raises(
         UserError, match=f"generation.api_key_var={KEY_VAR}: the environment variable {KEY_VAR} is not set"
     ):
-        make_backend(compose([*base, "generation.model=m", f"generation.api_key_var={KEY_VAR}"]).generation)
+        check(load_settings([*base, "generation.model=m", f"generation.api_key_var={KEY_VAR}"]))
     with pytest.raises(UserError, match="generation.model is required for generation=openai"):
-        make_backend(compose(base).generation)
+        check(load_settings(base))
     with pytest.raises(UserError, match="generation.base_url='localhost:8000' must be an http"):
-        make_backend(compose([*base, "generation.model=m", "generation.base_url=localhost:8000"]).generation)
+        check(load_settings([*base, "generation.model=m", "generation.base_url=localhost:8000"]))
     with pytest.raises(UserError, match="generation.max_concurrency=0"):
-        make_backend(compose([*base, "generation.model=m", "generation.max_concurrency=0"]).generation)
+        check(load_settings([*base, "generation.model=m", "generation.max_concurrency=0"]))
     # a key that is set is used, and never shown
     monkeypatch.setenv(KEY_VAR, "sk-secret")
-    backend = make_backend(
-        compose([*base, "generation.model=m", f"generation.api_key_var={KEY_VAR}"]).generation
-    )
+    settings = load_settings([*base, "generation.model=m", f"generation.api_key_var={KEY_VAR}"])
+    check(settings)
+    backend = make_backend(settings.generation, None, None, settings.model)
     assert isinstance(backend, OpenAIBackend) and "sk-secret" not in repr(backend)
 
 
@@ -305,7 +307,7 @@ def served_tiny(tmp_path_factory):
     from grpo.models import save_pretrained_tiny
 
     # untied embeddings: a random tied model's greedy output is one token repeated
-    cfg = compose(["+env=alphabet_sort", "model.architecture.tie_word_embeddings=false"])
+    cfg = load_settings(["+env=alphabet_sort", "model.architecture.tie_word_embeddings=false"])
     model_dir = save_pretrained_tiny(cfg.model, tmp_path_factory.mktemp("served") / "tiny")
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     tokenizer.response_template = PLAIN_RESPONSE_TEMPLATE
@@ -349,25 +351,29 @@ def test_transformers_serve_endpoint_matches_the_local_model(served_tiny):
     from grpo.models import load_policy
 
     url, model_dir, cfg = served_tiny
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     rows = env.rows("eval", 3)
     greedy = Sampling(temperature=0.0, max_tokens_per_turn=16)
-    backend = make_backend(
-        compose(
-            [
-                "+env=alphabet_sort",
-                "generation=openai",
-                f"generation.base_url={url}",
-                f"generation.model={model_dir}",
-            ]
-        ).generation
+    endpoint = load_settings(
+        [
+            "+env=alphabet_sort",
+            "generation=openai",
+            f"generation.base_url={url}",
+            f"generation.model={model_dir}",
+        ]
     )
+    backend = make_backend(endpoint.generation, None, None, endpoint.model)
     served = run_rollouts(env, rows, backend, sampling=greedy)
     model, tokenizer = load_policy(cfg.model)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        local = run_rollouts(env, rows, HFBackend(model, tokenizer, model_cfg=cfg.model), sampling=greedy)
+        local = run_rollouts(
+            env,
+            rows,
+            HFBackend(model, tokenizer, chat_template_kwargs=cfg.model.chat_template_kwargs),
+            sampling=greedy,
+        )
     finally:
         torch.set_num_threads(threads)
 

@@ -20,20 +20,19 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from grpo.cli import compose
-from grpo.envs import build_env
-from grpo.errors import UserError
-from grpo.train import (
+from grpo.checkpoints import (
     COMPLETE_MARKER,
-    PromptIndex,
     checkpoint_step,
     checkpoints_of,
     is_complete_checkpoint,
     latest_checkpoint,
     mark_checkpoint_complete,
     resume_drift,
-    train,
 )
+from grpo.cli import load_settings
+from grpo.envs import build_env
+from grpo.errors import UserError
+from grpo.train import PromptIndex, train
 
 RUN = [
     "+env=char_target",
@@ -102,16 +101,16 @@ def test_resume_after_sigkill_continues_at_the_same_step(tmp_path):
     assert not is_complete_checkpoint(torn)
     assert latest_checkpoint(run1) == ckpt
 
-    cfg = compose([*RUN, f"trainer.max_steps={step + 1}", f"resume={run1}", "trainer.log_completions=true"])
+    cfg = load_settings([*RUN, f"trainer.max_steps={step + 1}", f"resume={run1}", "trainer.log_completions=true"])
     # same data-order settings as the killed run (read back from its .hydra/config.yaml)
     assert resume_drift(cfg, run1) == []
-    changed = compose([*RUN, "seed=8", "trainer.num_generations=2", f"resume={run1}"])
+    changed = load_settings([*RUN, "seed=8", "trainer.num_generations=2", f"resume={run1}"])
     assert resume_drift(changed, run1) == [
         "trainer.num_generations: 4 -> 2",
         "trainer.seed: 7 -> 8",
         "env.seed: 7 -> 8",
     ]
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     start = StartState()
     result = train(cfg, env, tmp_path / "run2", callbacks=[start])
 

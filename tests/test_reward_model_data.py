@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaged_env import packaged_env
 
-from grpo.cli import compose
+from grpo.cli import load_settings
 from grpo.envs.alphabet_sort import AlphabetSortEnv
-from grpo.envs.arithmetic import ArithmeticEnv
-from grpo.envs.reverse_text import ReverseTextEnv
 from grpo.errors import UserError
-from grpo.reward_model import META_FILE, validate_reward_model
+from grpo.reward_model import META_FILE
 from grpo.reward_model.data import MAX_REPORTED, PreferencePair, load_pairs, split_heldout, write_pairs
 from grpo.reward_model.synthetic import (
     corrupt_episode,
@@ -26,6 +25,7 @@ from grpo.reward_model.synthetic import (
     main,
     synthetic_pairs,
 )
+from grpo.validation import check
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = {"prompt": "Sort: b, a", "chosen": "a\nb", "rejected": "b\na", "language": "en"}
@@ -159,9 +159,9 @@ def test_item_and_format_corruptions():
 @pytest.mark.parametrize(
     "env",
     [
-        AlphabetSortEnv(seed=1, num_train_examples=40),
-        ReverseTextEnv(seed=1, num_train_examples=40),
-        ArithmeticEnv(seed=1, num_train_examples=40),
+        packaged_env("alphabet_sort", seed=1, num_train_examples=40),
+        packaged_env("reverse_text", seed=1, num_train_examples=40),
+        packaged_env("arithmetic", seed=1, num_train_examples=40),
     ],
     ids=lambda e: e.name,
 )
@@ -187,7 +187,7 @@ def test_synthetic_pairs_are_reference_vs_worse_by_the_rubric(env):
 
 
 def test_severity_controls_how_much_of_the_answer_breaks():
-    env = AlphabetSortEnv(seed=2, num_train_examples=60, max_turns=3)
+    env = packaged_env("alphabet_sort", seed=2, num_train_examples=60, max_turns=3)
 
     def mean_rejected(severity: float) -> float:
         pairs = env_pairs(env, 60, severity, ["swap", "drop", "duplicate"], seed=0)
@@ -201,7 +201,7 @@ def test_severity_controls_how_much_of_the_answer_breaks():
 
 def test_two_languages_and_the_wrong_language_corruption():
     def make_env(code: str) -> AlphabetSortEnv:
-        return AlphabetSortEnv(seed=0, num_train_examples=30, max_turns=1, language=code)
+        return packaged_env("alphabet_sort", code, seed=0, num_train_examples=30, max_turns=1)
 
     pairs = synthetic_pairs(make_env, ["en", "sv"], n=30, severity=0.5, corruptions=["language"], seed=0)
     assert sorted({p.language for p in pairs}) == ["en", "sv"]
@@ -261,17 +261,15 @@ def test_synthetic_cli_writes_a_jsonl_the_loader_accepts(tmp_path, capsys):
     ],
 )
 def test_reward_model_config_rules(overrides, message):
-    cfg = compose(["+env=alphabet_sort", *overrides])
+    settings = load_settings(["+env=alphabet_sort", *overrides])
     with pytest.raises(UserError) as info:
-        validate_reward_model(cfg)
+        check(settings)
     assert message in str(info.value)
 
 
 def test_a_run_that_trains_its_rm_first_needs_no_checkpoint():
-    validate_reward_model(
-        compose(["+env=alphabet_sort", "reward_model=learned", "stages=[reward_model,eval,train]"])
-    )
-    validate_reward_model(compose(["+env=alphabet_sort", "reward_model=learned", "stages=[eval]"]))
+    check(load_settings(["+env=alphabet_sort", "reward_model=learned", "stages=[reward_model,eval,train]"]))
+    check(load_settings(["+env=alphabet_sort", "reward_model=learned", "stages=[eval]"]))
 
 
 # ---- through the entry point --------------------------------------------------------------------

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from packaged_env import packaged_env
 
-from grpo.cli import compose
+from grpo.cli import load_settings
 from grpo.envs.alphabet_sort import AlphabetSortEnv
 from grpo.errors import UserError
 from grpo.reward_model.backbone import RMMeta, build_backbone, save_reward_model
@@ -29,14 +30,14 @@ LANGUAGES = ["en", "sv"]
 @pytest.fixture(scope="module")
 def pairs():
     def make_env(code: str) -> AlphabetSortEnv:
-        return AlphabetSortEnv(seed=0, num_train_examples=12, max_turns=1, language=code)
+        return packaged_env("alphabet_sort", code, seed=0, num_train_examples=12, max_turns=1)
 
     return synthetic_pairs(make_env, LANGUAGES, n=12, severity=0.5, corruptions=["drop", "format"], seed=0)
 
 
 def make_member(path: Path, seed: int, scale: float, pairs) -> Path:
     """A tiny RM (random weights from `seed`, score head times `scale`) calibrated on `pairs`."""
-    backbone = compose(["+env=alphabet_sort", "reward_model=learned", f"reward_model.backbone.seed={seed}"])
+    backbone = load_settings(["+env=alphabet_sort", "reward_model=learned", f"reward_model.backbone.seed={seed}"])
     model, tokenizer = build_backbone(backbone.reward_model.backbone, LANGUAGES, True, False)
     with torch.no_grad():
         model.score.weight.mul_(scale)
@@ -62,7 +63,7 @@ def members(tmp_path_factory, pairs) -> list[Path]:
 
 def ensemble_cfg(members: list[Path], *overrides: str):
     listed = ",".join(str(m) for m in members)
-    return compose(
+    return load_settings(
         [
             "+env=alphabet_sort",
             "stages=[train]",
@@ -158,7 +159,7 @@ def test_one_scoring_pass_serves_every_function_of_a_batch(members, pairs):
 
 def test_trl_sees_them_as_batched_functions_weighted_with_the_rubric(members):
     cfg = ensemble_cfg(members, "reward_model.weight=2.0", "reward_model.rubric_weight=0.5")
-    env = AlphabetSortEnv(seed=0, num_train_examples=4)
+    env = packaged_env("alphabet_sort", seed=0, num_train_examples=4)
     funcs, weights = rubric_reward_funcs(all_reward_funcs(cfg, env))
     assert [getattr(f, "__name__", None) for f in funcs] == [
         "alphabet_sort_reward",
@@ -168,7 +169,7 @@ def test_trl_sees_them_as_batched_functions_weighted_with_the_rubric(members):
     ]
     assert weights == [0.5, 0.0, 0.0, 2.0]
     assert funcs[-1].trl_batched and not getattr(funcs[0], "trl_batched", False)
-    learned_only = compose(
+    learned_only = load_settings(
         [
             "+env=alphabet_sort",
             "stages=[train]",
@@ -181,7 +182,7 @@ def test_trl_sees_them_as_batched_functions_weighted_with_the_rubric(members):
 
 
 def test_languages_the_rm_does_not_know(members, pairs):
-    cfg = compose(
+    cfg = load_settings(
         [
             "+env=alphabet_sort",
             "stages=[train]",
@@ -193,7 +194,7 @@ def test_languages_the_rm_does_not_know(members, pairs):
     with pytest.raises(UserError, match=r"reward_model.checkpoints\[0\]=.* was trained on en, sv, not on de"):
         learned_reward_funcs(cfg, device="cpu")
     (func,) = learned_reward_funcs(
-        compose(
+        load_settings(
             [
                 "+env=alphabet_sort",
                 "stages=[train]",
@@ -212,7 +213,7 @@ def test_languages_the_rm_does_not_know(members, pairs):
 
 def test_garbage_completions_score_without_raising(members):
     (func,) = learned_reward_funcs(
-        compose(
+        load_settings(
             [
                 "+env=alphabet_sort",
                 "stages=[train]",

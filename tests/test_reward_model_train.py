@@ -11,7 +11,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from grpo.cli import compose
+from grpo.cli import load_settings
 from grpo.reward_model import CALIBRATION_FILE, HELDOUT_PAIRS_FILE, META_FILE, METRICS_FILE, TRAIN_PAIRS_FILE
 from grpo.reward_model.backbone import inner_model, lang_tag, load_reward_model
 from grpo.reward_model.calibration import Calibration
@@ -19,6 +19,7 @@ from grpo.reward_model.data import load_pairs
 from grpo.reward_model.synthetic import pairs_from_config
 from grpo.reward_model.train import train_reward_model
 from grpo.rewards.learned import RewardModelScorer
+from grpo.stages import RunResults
 from grpo.tracking import make_tracker
 from grpo.tracking.store import metric_curve, tracking_uri
 
@@ -45,7 +46,7 @@ LEARN = [
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("rm")
-    cfg = compose([*LEARN, "tracking=mlflow", f"output_root={root}"])
+    cfg = load_settings([*LEARN, "tracking=mlflow", f"output_root={root}"])
     run_dir = root / "runs" / "rm"
     tracker = make_tracker(cfg, run_dir)
     with tracker:
@@ -81,8 +82,9 @@ def test_held_out_accuracy_rises_from_chance_to_090_in_both_languages(trained):
     assert report["final"]["accuracy"] == result.final.accuracy
     assert report["initial"]["accuracy"] == result.initial.accuracy
     assert len(load_pairs(out / HELDOUT_PAIRS_FILE)) == 120
-    # a later train stage of this run scores with the fresh RM
-    assert list(cfg.reward_model.checkpoints) == [str(out.resolve())]
+    # a later train stage of this run scores with the fresh RM (handed on as the stage's result)
+    assert cfg.reward_model.checkpoints == []
+    assert RunResults(reward_model=result).reward_model_checkpoints(cfg) == [str(out.resolve())]
 
     client = MlflowClient(tracking_uri(cfg))
     for lang in ("en", "sv"):
@@ -120,7 +122,7 @@ def test_calibration_gives_each_language_mean_0_std_1(trained):
         stats = Calibration.load(result.path / CALIBRATION_FILE).languages[lang]
         assert statistics.fmean(raw) == pytest.approx(stats.mean, abs=1e-4)
     # fresh pairs from the same distribution (another seed) come out near mean 0, std 1 as well
-    fresh_cfg = compose([*LEARN, "reward_model.data.seed=7", "reward_model.data.synthetic.n=60"])
+    fresh_cfg = load_settings([*LEARN, "reward_model.data.seed=7", "reward_model.data.synthetic.n=60"])
     fresh = pairs_from_config(fresh_cfg)
     for lang in ("en", "sv"):
         pairs = [p for p in fresh if p.language == lang]
@@ -158,7 +160,7 @@ def test_an_injected_language_offset_is_removed(trained):
 
 
 def test_per_language_heads_without_tag_tokens(tmp_path):
-    cfg = compose(
+    cfg = load_settings(
         [
             *LEARN,
             "reward_model.data.synthetic.n=24",
@@ -194,7 +196,7 @@ def test_per_language_heads_without_tag_tokens(tmp_path):
 def test_a_pretrained_backbone_from_a_local_dir(tmp_path):
     from grpo.models import save_pretrained_tiny
 
-    local = save_pretrained_tiny(compose(["+env=alphabet_sort"]).model, tmp_path / "causal_lm")
+    local = save_pretrained_tiny(load_settings(["+env=alphabet_sort"]).model, tmp_path / "causal_lm")
     overrides = [
         *LEARN,
         "reward_model.data.synthetic.n=12",
@@ -203,7 +205,7 @@ def test_a_pretrained_backbone_from_a_local_dir(tmp_path):
         f"reward_model.backbone.path={local}",
     ]
     # a causal LM checkpoint: loaded as a sequence classifier with a new score head and the tag tokens
-    result = train_reward_model(compose(overrides), tmp_path / "rm")
+    result = train_reward_model(load_settings(overrides), tmp_path / "rm")
     loaded = load_reward_model(result.path, device="cpu")
     assert type(loaded.model).__name__ == "Qwen3ForSequenceClassification"
     assert loaded.tokenizer.convert_tokens_to_ids(lang_tag("sv")) == len(loaded.tokenizer) - 1
@@ -213,7 +215,7 @@ def test_a_pretrained_backbone_from_a_local_dir(tmp_path):
     from grpo.errors import UserError
 
     with pytest.raises(UserError, match=r"reward_model.backbone.path=.*nope' does not exist"):
-        train_reward_model(compose(missing), tmp_path / "rm2")
+        train_reward_model(load_settings(missing), tmp_path / "rm2")
 
 
 def test_an_encoder_backbone_without_chat_template(tmp_path):
@@ -252,7 +254,7 @@ def test_an_encoder_backbone_without_chat_template(tmp_path):
         f"reward_model.backbone.path={local}",
         "reward_model.backbone.max_length=64",
     ]
-    result = train_reward_model(compose(overrides), tmp_path / "rm")
+    result = train_reward_model(load_settings(overrides), tmp_path / "rm")
     scorer = RewardModelScorer(str(result.path), device="cpu")
     assert (scorer.encoder.n_prefix, scorer.encoder.n_suffix) == (1, 1)
     prompt = [{"role": "user", "content": "Sort: " + ", ".join(f"Name{i}" for i in range(60))}]

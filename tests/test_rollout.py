@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from grpo.cli import compose
+from grpo.cli import load_settings
 from grpo.envs import build_env
 from grpo.envs.base import Environment, Row
 from grpo.errors import UserError
@@ -19,6 +19,7 @@ from grpo.generation import GenRequest, Sampling, make_backend
 from grpo.generation.hf import HFBackend
 from grpo.models import load_policy, load_tokenizer
 from grpo.rollout import TurnTokenizer, run_rollouts
+from grpo.validation import check
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -27,7 +28,7 @@ IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
 @pytest.fixture(scope="module")
 def cfg():
-    return compose(["+env=alphabet_sort", "model.architecture.tie_word_embeddings=false"])
+    return load_settings(["+env=alphabet_sort", "model.architecture.tie_word_embeddings=false"])
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def policy(cfg):
 
 @pytest.fixture(scope="module")
 def env(cfg):
-    return build_env(cfg.env)
+    return build_env(cfg.env, cfg.language)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def rows(env):
 
 def hf(policy, cfg, **kwargs) -> HFBackend:
     model, tokenizer = policy
-    return HFBackend(model, tokenizer, model_cfg=cfg.model, **kwargs)
+    return HFBackend(model, tokenizer, chat_template_kwargs=cfg.model.chat_template_kwargs, **kwargs)
 
 
 class Spy:
@@ -296,7 +297,7 @@ def test_template_that_rewrites_history_keeps_the_ids_the_model_saw(policy, cfg)
     model, _ = policy
     tokenizer = load_tokenizer(cfg.model)
     tokenizer.chat_template = QWEN3_LIKE_TEMPLATE
-    spy = Spy(HFBackend(model, tokenizer, model_cfg=cfg.model))
+    spy = Spy(HFBackend(model, tokenizer, chat_template_kwargs=cfg.model.chat_template_kwargs))
     ping = PingEnv(turns=2)
     row = ping.rows("eval", 1)[0]
     (r,) = run_rollouts(ping, [row], spy, sampling=Sampling(max_tokens_per_turn=12, seed=2))
@@ -348,25 +349,26 @@ def test_hf_backend_rows_stop_at_their_own_limits_and_train_mode_is_restored(pol
 def test_make_backend_and_bad_generation_settings(policy, cfg):
     model, tokenizer = policy
     backend = make_backend(
-        compose(["+env=alphabet_sort", "generation.batch_size=4"]).generation, model, tokenizer, cfg.model
+        load_settings(["+env=alphabet_sort", "generation.batch_size=4"]).generation,
+        model,
+        tokenizer,
+        cfg.model,
     )
     assert isinstance(backend, HFBackend) and backend.batch_size == 4 and backend.model is model
 
-    with pytest.raises(
-        UserError,
-        match=r"generation.backend='nope' is not available; choose one of: hf, openai, vllm_colocate, vllm_server",
-    ):
-        make_backend(compose(["+env=alphabet_sort", "generation.backend=nope"]).generation, model, tokenizer)
-    with pytest.raises(UserError, match="generation.batch_size=0"):
-        make_backend(compose(["+env=alphabet_sort", "generation.batch_size=0"]).generation, model, tokenizer)
-    with pytest.raises(UserError, match="generation.max_tokens_per_turn=0"):
-        make_backend(
-            compose(["+env=alphabet_sort", "generation.max_tokens_per_turn=0"]).generation, model, tokenizer
-        )
-    with pytest.raises(UserError, match="temperature"):
-        Sampling(temperature=-1)
-    with pytest.raises(UserError, match="top_p"):
-        Sampling(top_p=0)
+    def rule_error(*overrides: str) -> str:
+        with pytest.raises(UserError) as info:
+            check(load_settings(["+env=alphabet_sort", *overrides]))
+        return str(info.value)
+
+    assert rule_error("generation.backend=nope") == (
+        "generation.backend='nope' is not available; choose one of: hf, openai, vllm_colocate, vllm_server"
+    )
+    assert "generation.batch_size=0" in rule_error("generation.batch_size=0")
+    assert "generation.max_tokens_per_turn=0" in rule_error("generation.max_tokens_per_turn=0")
+    assert "eval.temperature" in rule_error("eval.temperature=-1")
+    assert "eval.top_p" in rule_error("eval.top_p=0")
+    assert "trainer.temperature" in rule_error("trainer.temperature=0")
 
 
 def test_template_that_cannot_render_a_turn_incrementally_is_a_user_error(policy, cfg):
@@ -374,7 +376,7 @@ def test_template_that_cannot_render_a_turn_incrementally_is_a_user_error(policy
     tokenizer = load_tokenizer(cfg.model)
     # every rendering starts with the message count: no conversation is a prefix of a longer one
     tokenizer.chat_template = "{{ messages | length }}{% for m in messages %}{{ m.content }}{% endfor %}"
-    turns = TurnTokenizer(HFBackend(model, tokenizer, model_cfg=cfg.model))
+    turns = TurnTokenizer(HFBackend(model, tokenizer, chat_template_kwargs=cfg.model.chat_template_kwargs))
     history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     with pytest.raises(UserError, match="cannot render an environment turn incrementally"):
         turns.env_text(history, [{"role": "user", "content": "c"}])

@@ -15,7 +15,7 @@ import pytest
 from mlflow import MlflowClient
 
 from grpo.cli import compose
-from grpo.tracking.sweep import child_runs
+from grpo.tracking.summary import child_runs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -131,24 +131,25 @@ def test_grid_sweep_in_two_parallel_jobs_logs_one_parent_and_a_child_per_job(tmp
 
 @pytest.mark.slow
 def test_failing_jobs_are_failed_children_and_the_sweep_exits_non_zero(tmp_path):
-    # job 0 runs; the pretrained model is missing in jobs 2-3 (fails inside the run) and the names
-    # file in jobs 1 and 3 (fails while building the env, before the run's tracker starts)
-    overrides = [*tiny(stages="[eval]"), "model.path=/nonexistent/model"]
-    sweep = ["model.source=random,pretrained", "env.names_source=null,/nonexistent/names.txt"]
+    # job 0 runs; the pretrained model (a hub id, offline) cannot load in jobs 2-3 (fails inside the
+    # run) and the names file is missing in jobs 1 and 3 (fails while building the env, before the
+    # run's tracker starts)
+    overrides = tiny(stages="[eval]")
+    sweep = ["model=tiny,qwen2_5_0_5b_instruct", "env.names_source=null,/nonexistent/names.txt"]
     proc = run(["-m", *overrides, *sweep], tmp_path)
     assert proc.returncode != 0
     parent, children = the_sweep(store(tmp_path))
 
     statuses = {c.info.run_name: c.info.status for c in children}
     assert statuses == {
-        "model.source=random,env.names_source=null": "FINISHED",
-        "model.source=random,env.names_source=/nonexistent/names.txt": "FAILED",
-        "model.source=pretrained,env.names_source=null": "FAILED",
-        "model.source=pretrained,env.names_source=/nonexistent/names.txt": "FAILED",
+        "model=tiny,env.names_source=null": "FINISHED",
+        "model=tiny,env.names_source=/nonexistent/names.txt": "FAILED",
+        "model=qwen2_5_0_5b_instruct,env.names_source=null": "FAILED",
+        "model=qwen2_5_0_5b_instruct,env.names_source=/nonexistent/names.txt": "FAILED",
     }
     errors = {c.info.run_name: c.data.tags.get("grpo.error", "") for c in children}
-    assert "names.txt" in errors["model.source=random,env.names_source=/nonexistent/names.txt"]
-    assert "/nonexistent/model" in errors["model.source=pretrained,env.names_source=null"]
+    assert "names.txt" in errors["model=tiny,env.names_source=/nonexistent/names.txt"]
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in errors["model=qwen2_5_0_5b_instruct,env.names_source=null"]
     assert "eval/eval/mean" in children[0].data.metrics
     assert parent.info.status == "FAILED"
     assert parent.data.tags["grpo.sweep.failed_jobs"] == "3"

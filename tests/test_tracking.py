@@ -18,15 +18,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from mlflow import MlflowClient
 
-from grpo.cli import compose
+from grpo.cli import load_settings
 from grpo.errors import UserError
 from grpo.evaluate import EvalResult
 from grpo.tracking import NullTracker, make_tracker
 from grpo.tracking.mlflow_tracker import RUN_FILE, eval_scores, render_messages, sample_table
 from grpo.tracking.params import config_params, safe_name, varied_overrides
 from grpo.tracking.store import make_client, metric_curve, tracking_uri, with_retry
+from grpo.validation import check
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def root(tmp_path, empty_store) -> Path:
 
 
 def _cfg(root: Path, *overrides: str):
-    return compose(["+env=alphabet_sort", "tracking=mlflow", f"output_root={root}", *overrides])
+    return load_settings(["+env=alphabet_sort", "tracking=mlflow", f"output_root={root}", *overrides])
 
 
 def _eval_result(out: Path, label: str, scores: list[float]) -> EvalResult:
@@ -138,6 +140,13 @@ def test_run_logs_params_metrics_evals_artifacts_and_plots(root):
     assert params["cfg.env.name"] == "alphabet_sort" and params["cfg.output_root"] == str(root)
     assert all(k.startswith("cfg.") for k in params) and not any(k.startswith("cfg.hydra") for k in params)
     assert params == config_params(cfg)
+    # the env's translations are no params; the resolved config artifact keeps every setting
+    assert not any(k.startswith("cfg.env.prompts") for k in params)
+    resolved = yaml.safe_load(
+        Path(client.download_artifacts(tracker.run_id, "config.yaml", str(root))).read_text()
+    )
+    assert resolved["env"]["prompts"]["en"] == cfg.env["prompts"]["en"]
+    assert resolved["trainer"]["beta"] == 0.04
 
     assert [(m.step, m.value) for m in client.get_metric_history(tracker.run_id, "train/reward")] == [
         (1, 0.2),
@@ -236,7 +245,7 @@ def test_resume_continues_the_same_run(root):
 
 
 def test_tracking_none_creates_no_store(tmp_path):
-    cfg = compose(["+env=alphabet_sort", "tracking=none", f"output_root={tmp_path}"])
+    cfg = load_settings(["+env=alphabet_sort", "tracking=none", f"output_root={tmp_path}"])
     tracker = make_tracker(cfg, tmp_path / "run")
     assert isinstance(tracker, NullTracker)
     with tracker:
@@ -250,12 +259,12 @@ def test_tracking_none_creates_no_store(tmp_path):
 @pytest.mark.parametrize("uri", ["./mlruns", "file:///tmp/mlruns", "/abs/mlruns"])
 def test_file_store_uri_is_a_user_error(tmp_path, uri):
     with pytest.raises(UserError, match="tracking.uri=.*file store.*sqlite:///"):
-        make_tracker(_cfg(tmp_path, f"tracking.uri={uri}"), tmp_path / "run")
+        check(_cfg(tmp_path, f"tracking.uri={uri}"))
 
 
 def test_unknown_backend_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="tracking.backend=wandb"):
-        make_tracker(_cfg(tmp_path, "tracking.backend=wandb"), tmp_path / "run")
+        check(_cfg(tmp_path, "tracking.backend=wandb"))
 
 
 def test_relative_sqlite_uri_is_made_absolute(tmp_path, monkeypatch):
@@ -322,7 +331,7 @@ def test_with_retry_retries_a_locked_database_only():
 
 def _writer(uri: str, experiment: str, worker: int, steps: int, queue) -> None:
     """One process logging `steps` steps into a shared store (the first one creates its tables)."""
-    cfg = compose(
+    cfg = load_settings(
         ["+env=alphabet_sort", "tracking=mlflow", f"tracking.uri={uri}", f"tracking.experiment={experiment}"]
     )
     tracker = make_tracker(cfg, Path(uri.removeprefix("sqlite:///")).parent / f"run{worker}")

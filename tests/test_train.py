@@ -4,18 +4,22 @@ short run of every loss preset."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
+from packaged_env import packaged_env
 from transformers import TrainerCallback
 
-from grpo.cli import compose
+from grpo.cli import load_settings
 from grpo.envs import build_env
-from grpo.envs.base import RewardFunc, Row, Rubric, assistant_turns
+from grpo.envs.base import Row
 from grpo.envs.char_target import CharTargetEnv
+from grpo.envs.parsers import assistant_turns
+from grpo.envs.rubric import RewardFunc, Rubric
 from grpo.errors import UserError
 from grpo.models import load_policy, render_chat
 from grpo.train import (
@@ -43,7 +47,7 @@ SMALL = [
 
 
 def small_cfg(env: str, *overrides: str):
-    return compose([f"+env={env}", *SMALL, *overrides])
+    return load_settings([f"+env={env}", *SMALL, *overrides])
 
 
 class LogCapture(TrainerCallback):
@@ -61,7 +65,7 @@ class LogCapture(TrainerCallback):
 
 
 def test_config_maps_onto_grpo_config(tmp_path):
-    cfg = compose(
+    cfg = load_settings(
         [
             "+env=alphabet_sort",
             "trainer=dapo",
@@ -89,14 +93,14 @@ def test_config_maps_onto_grpo_config(tmp_path):
     assert args.steps_per_generation == 2 and args.generation_batch_size == 32
     assert args.bf16 is False and args.activation_checkpointing is False and args.use_vllm is False
 
-    bad = compose(["+env=alphabet_sort", "+trainer.extra.not_a_field=1"])
+    bad = load_settings(["+env=alphabet_sort", "+trainer.extra.not_a_field=1"])
     with pytest.raises(UserError, match="trainer.extra: not_a_field is not a trl.GRPOConfig field"):
         make_grpo_config(bad, tmp_path, [1.0])
 
 
 def test_presets_differ_only_where_the_papers_differ():
     trainers = {
-        name: dict(compose(["+env=alphabet_sort", f"trainer={name}"]).trainer)
+        name: dataclasses.asdict(load_settings(["+env=alphabet_sort", f"trainer={name}"]).trainer)
         for name in ("grpo", "dr_grpo", "dapo")
     }
     base = trainers["grpo"]
@@ -121,7 +125,7 @@ def test_presets_differ_only_where_the_papers_differ():
 
 
 def test_qwen3_recipe():
-    cfg = compose(["+env=alphabet_sort", "model=qwen3_0_6b"])
+    cfg = load_settings(["+env=alphabet_sort", "model=qwen3_0_6b"])
     t, o = cfg.trainer, cfg.optimizer
     assert cfg.model.path == "Qwen/Qwen3-0.6B" and cfg.model.dtype == "bfloat16"
     assert (
@@ -133,7 +137,7 @@ def test_qwen3_recipe():
     assert (o.lr, o.lr_scheduler) == (1e-6, "constant_with_warmup")
     assert cfg.generation.backend == "vllm_colocate"
     # the algorithm preset and the command line still win
-    cfg = compose(
+    cfg = load_settings(
         ["+env=alphabet_sort", "model=qwen3_0_6b", "trainer=dapo", "generation=hf", "optimizer.lr=3e-6"]
     )
     assert (cfg.trainer.loss_type, cfg.trainer.per_device_batch_completions) == ("dapo", 64)
@@ -165,7 +169,7 @@ def test_multiturn_alphabet_sort_trains_and_masks_environment_tokens(tmp_path):
         "trainer.max_completion_length=512",
         "generation.max_tokens_per_turn=12",
     )
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     logs = LogCapture()
     bundle = build_trainer(cfg, env, tmp_path, callbacks=[logs])
     bundle.trainer.train()
@@ -202,7 +206,9 @@ def test_multiturn_alphabet_sort_trains_and_masks_environment_tokens(tmp_path):
             messages.append({"role": "assistant", "content": text})
         else:
             messages.append(next(others))
-            rendered = render_chat(tokenizer, messages, model_cfg, add_generation_prompt=True)
+            rendered = render_chat(
+                tokenizer, messages, model_cfg.chat_template_kwargs, add_generation_prompt=True
+            )
             assert tokenizer.decode(seen, skip_special_tokens=False) == rendered
 
 
@@ -253,7 +259,8 @@ def test_reward_functions_reach_trl_named_and_weighted(tmp_path):
         "trainer.log_completions=true",
         "trainer.max_steps=1",
     )
-    env = WiredEnv(num_train_examples=64, num_eval_examples=4)
+    wired = {"_target_": "test_train.WiredEnv", "name": "wired"}
+    env = packaged_env("char_target", **wired, num_train_examples=64, num_eval_examples=4)
     logs = LogCapture()
     bundle = build_trainer(cfg, env, tmp_path, callbacks=[logs])
     assert bundle.trainer.reward_func_names == ["target_char_fraction", "even_length", "only_even_rows"]
@@ -300,7 +307,7 @@ def test_beta_builds_a_frozen_reference_copy(tmp_path):
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     logs = LogCapture()
     bundle = build_trainer(
-        cfg, build_env(cfg.env), tmp_path, model=model, tokenizer=tokenizer, callbacks=[logs]
+        cfg, build_env(cfg.env, cfg.language), tmp_path, model=model, tokenizer=tokenizer, callbacks=[logs]
     )
     trainer = bundle.trainer
     assert trainer.ref_model is not None and trainer.ref_model is not trainer.model
@@ -331,7 +338,7 @@ def test_lora_reference_is_the_adapter_disabled_base(tmp_path):
     base = {k: v.clone() for k, v in model.state_dict().items()}
     logs = LogCapture()
     bundle = build_trainer(
-        cfg, build_env(cfg.env), tmp_path, model=model, tokenizer=tokenizer, callbacks=[logs]
+        cfg, build_env(cfg.env, cfg.language), tmp_path, model=model, tokenizer=tokenizer, callbacks=[logs]
     )
     trainer = bundle.trainer
     assert isinstance(trainer.model, PeftModel)
@@ -355,21 +362,18 @@ def test_lora_reference_is_the_adapter_disabled_base(tmp_path):
 def test_each_loss_type_trains_a_step(override, loss_type, tmp_path):
     cfg = small_cfg("char_target", override, "trainer.beta=0")
     logs = LogCapture()
-    result = train(cfg, build_env(cfg.env), tmp_path, callbacks=[logs])
+    result = train(cfg, build_env(cfg.env, cfg.language), tmp_path, callbacks=[logs])
     assert result.global_step == 1
     assert math.isfinite(logs.logs[0]["loss"])
     assert result.checkpoint_dir == Path(tmp_path) / "checkpoints" / "checkpoint-1"  # the final save
 
 
 def test_rollout_func_rejects_misaligned_groups():
-    env = CharTargetEnv(num_train_examples=4, num_eval_examples=1)
+    env = packaged_env("char_target", num_train_examples=4, num_eval_examples=1)
     rows = env.rows("train")
+    settings = load_settings(["+env=char_target"])
     func = EnvRolloutFunc(
-        env,
-        PromptIndex(rows),
-        tokenizer=None,
-        gen_cfg=compose(["+env=char_target"]).generation,
-        model_cfg=None,
+        env, PromptIndex(rows), tokenizer=None, gen_cfg=settings.generation, model_cfg=settings.model
     )
     assert [r.id for r in func._rows([rows[0].prompt] * 2 + [rows[1].prompt] * 2, 2)] == [0, 1]
     with pytest.raises(RuntimeError, match="not a multiple of the group size"):
@@ -415,10 +419,10 @@ def test_rubric_adapter_values_and_per_language_metrics():
 
 
 def test_char_target_env():
-    env = build_env(compose(["+env=char_target", "seed=3"]).env)
+    env = build_env(load_settings(["+env=char_target", "seed=3"]).env, "en")
     rows = env.rows("train", 50)
     assert [r.prompt for r in rows] == [
-        r.prompt for r in build_env(compose(["+env=char_target", "seed=3"]).env).rows("train", 50)
+        r.prompt for r in build_env(load_settings(["+env=char_target", "seed=3"]).env, "en").rows("train", 50)
     ]
     assert [r.prompt for r in rows] != [r.prompt for r in env.rows("eval", 50)]
     assert len({str(r.prompt) for r in rows}) == 50  # prompts identify their rows
@@ -434,6 +438,6 @@ def test_char_target_env():
     assert score("") == 0.0 and env.score(row, [])["target_char_fraction"] == 0.0
     assert env.score(row, [{"role": "assistant", "content": None}])["target_char_fraction"] == 0.0
     with pytest.raises(UserError, match="env.target_chars"):
-        CharTargetEnv(target_chars="")
-    with pytest.raises(UserError, match="env.language"):
-        CharTargetEnv(language="xx")
+        packaged_env("char_target", target_chars="")
+    with pytest.raises(UserError, match=r"env\.prompts\.sv: char_target has no prompts for language 'sv'"):
+        packaged_env("char_target", language="sv")

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from grpo.cli import compose
+from grpo.cli import load_settings
 from grpo.envs import build_env
 from grpo.generation import Sampling, make_backend
 from grpo.models import load_policy
@@ -44,8 +44,8 @@ def held_out_reward(cfg, env, model, tokenizer) -> float:
 
 
 def run(lr: float, tmp_path) -> tuple[float, float]:
-    cfg = compose(["+env=char_target", *RUN, f"optimizer.lr={lr}"])
-    env = build_env(cfg.env)
+    cfg = load_settings(["+env=char_target", *RUN, f"optimizer.lr={lr}"])
+    env = build_env(cfg.env, cfg.language)
     model, tokenizer = load_policy(cfg.model)
     before = held_out_reward(cfg, env, model, tokenizer)
     result = train(cfg, env, tmp_path / f"lr{lr}", model=model, tokenizer=tokenizer)

@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from grpo.cli import compose
+from grpo.cli import load_settings
+from grpo.config import GENERATION_BACKENDS, GenerationConfig
 from grpo.envs import build_env
 from grpo.generation import GenRequest, Sampling, make_backend
 from grpo.generation.vllm import VLLMBackend, _sampled_logprobs, server_base_url
@@ -40,7 +41,7 @@ class ServerClient:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return load_tokenizer(compose(["+env=alphabet_sort"]).model)
+    return load_tokenizer(load_settings(["+env=alphabet_sort"]).model)
 
 
 def test_server_backend_budgets_eos_and_logprobs(tokenizer):
@@ -74,14 +75,14 @@ def test_sampled_logprobs_are_nan_when_missing():
 
 
 def test_multi_turn_rollouts_make_one_server_call_per_turn(tokenizer):
-    cfg = compose(["+env=alphabet_sort", "env.min_turns=3"])
-    env = build_env(cfg.env)
+    cfg = load_settings(["+env=alphabet_sort", "env.min_turns=3"])
+    env = build_env(cfg.env, cfg.language)
     reply = tokenizer("<alphabetical_sorted>\nA\n</alphabetical_sorted>", add_special_tokens=False)[
         "input_ids"
     ]
     client = ServerClient([*reply, tokenizer.eos_token_id])
     backend = VLLMBackend(
-        tokenizer, client=client, model_cfg=cfg.model, eos_token_ids=[tokenizer.eos_token_id]
+        tokenizer, client=client, chat_template_kwargs=cfg.model.chat_template_kwargs, eos_token_ids=[tokenizer.eos_token_id]
     )
     rollouts = run_rollouts(
         env,
@@ -99,11 +100,12 @@ def test_multi_turn_rollouts_make_one_server_call_per_turn(tokenizer):
 
 
 def test_server_url_and_factory_registration():
-    assert server_base_url({"base_url": "http://gpu1:8000/v1/"}) == "http://gpu1:8000"
-    assert server_base_url({"base_url": None}) is None
+    assert server_base_url(GenerationConfig(base_url="http://gpu1:8000/v1/")) == "http://gpu1:8000"
+    assert server_base_url(GenerationConfig(base_url=None)) is None
     from grpo.generation import BACKENDS
 
-    assert {"vllm_colocate", "vllm_server"} <= set(BACKENDS)
+    # every backend the schema allows has a factory
+    assert set(BACKENDS) == set(GENERATION_BACKENDS)
 
 
 @pytest.mark.gpu
@@ -114,7 +116,7 @@ def test_server_url_and_factory_registration():
 def test_vllm_colocate_trains_and_evaluates(tmp_path):
     from grpo.train import train
 
-    cfg = compose(
+    cfg = load_settings(
         [
             "+env=alphabet_sort",
             "generation=vllm_colocate",
@@ -125,7 +127,7 @@ def test_vllm_colocate_trains_and_evaluates(tmp_path):
             "generation.max_tokens_per_turn=32",
         ]
     )
-    env = build_env(cfg.env)
+    env = build_env(cfg.env, cfg.language)
     result = train(cfg, env, tmp_path)
     assert result.global_step == 2
     assert "sampling/importance_sampling_ratio/mean" in result.metrics

@@ -1,5 +1,5 @@
-"""Cross-field rules of grpo.config.validate: each bad combination stops `python -m grpo` with one
-line naming the field, exit code 2, before any model is loaded."""
+"""Cross-field rules of grpo.validation: each bad combination stops `python -m grpo` with one line
+naming the field, exit code 2, before any model is loaded; they run once per process and config."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from grpo import __main__ as entry
-from grpo.cli import compose
-from grpo.config import LR_SCHEDULERS, validate
+from grpo.cli import load_settings
+from grpo.config import LR_SCHEDULERS
 from grpo.errors import UserError
+from grpo.validation import check, check_once
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,6 +65,14 @@ RULES = [
     (["generation=openai", "generation.model=m"], "generation=openai is evaluation only"),
     (["resume=/nonexistent/run"], "resume=/nonexistent/run: no such directory"),
     (["resume=/tmp", "stages=[eval]"], "resume=/tmp needs the train stage"),
+    # a path on random weights would be silently ignored
+    (["model.path=/data/Qwen3-0.6B"], "model.path=/data/Qwen3-0.6B is not used with model.source=random"),
+    (["model=qwen2_5_0_5b_instruct", "model.path=null"], "model.path is required for model.source=pretrained"),
+    (["model.dtype=int8"], "model.dtype='int8' is not supported"),
+    (
+        ["stages=[reward_model]", "reward_model.backbone.path=/data/rm"],
+        "reward_model.backbone.path=/data/rm is not used with reward_model.backbone.source=random",
+    ),
 ]
 
 
@@ -92,6 +101,20 @@ def test_rule_stops_the_cli_with_one_line(overrides, expected, capsys, monkeypat
     assert len(lines) == 1, err
     assert lines[0].startswith("error: ")
     assert expected in lines[0], lines[0]
+
+
+def test_every_job_of_a_grid_sweep_is_checked_before_the_first_starts(tmp_path, capsys, monkeypatch):
+    """The sweep's second value breaks a rule: the preflight stops the whole sweep, nothing runs."""
+    monkeypatch.setenv("GRPO_OUTPUT_ROOT", str(tmp_path))
+    argv = ["grpo", "-m", "+env=alphabet_sort", "trainer.num_generations=4,3", "optimizer.lr=1e-6,1e-5"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exit_info:
+        entry.main()
+    assert exit_info.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    assert "trainer.per_device_batch_completions=8 is not a multiple of trainer.num_generations=3" in lines[0]
+    assert not any(tmp_path.iterdir())
 
 
 def test_resume_without_a_complete_checkpoint(tmp_path, capsys, monkeypatch):
@@ -146,14 +169,30 @@ def test_real_process_exits_2_with_one_line(overrides, tmp_path):
     ],
 )
 def test_valid_configs_pass(overrides):
-    validate(compose(["+env=alphabet_sort", *overrides]))
+    check(load_settings(["+env=alphabet_sort", *overrides]))
 
 
 def test_turn_budget_follows_the_env():
     """A single-turn env needs room for one turn only."""
-    validate(compose(["+env=char_target", "trainer.max_completion_length=16"]))
+    check(load_settings(["+env=char_target", "trainer.max_completion_length=16"]))
     with pytest.raises(UserError, match="env.max_turns=1"):
-        validate(compose(["+env=char_target", "trainer.max_completion_length=15"]))
+        check(load_settings(["+env=char_target", "trainer.max_completion_length=15"]))
+
+
+def test_rules_run_once_per_process_and_config(monkeypatch):
+    """check_once remembers what it checked: the Hydra task after the preflight does not check the
+    same settings again, while other settings (a sweep job's sampled values) are checked."""
+    monkeypatch.setenv("GRPO_TEST_KEY", "secret")
+    overrides = ["+env=alphabet_sort", "stages=[eval]", "generation=openai", "generation.model=m"]
+    settings = load_settings([*overrides, "generation.api_key_var=GRPO_TEST_KEY"])
+    check_once(settings)
+    monkeypatch.delenv("GRPO_TEST_KEY")
+    check_once(settings)  # already checked in this process: not again
+    with pytest.raises(UserError, match="GRPO_TEST_KEY is not set"):
+        check(settings)
+    other = load_settings([*overrides, "generation.api_key_var=GRPO_TEST_KEY", "eval.num_examples=2"])
+    with pytest.raises(UserError, match="GRPO_TEST_KEY is not set"):
+        check_once(other)
 
 
 def test_scheduler_names_are_transformers_schedulers():

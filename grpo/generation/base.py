@@ -9,24 +9,22 @@ There are two kinds:
 - text-level (`token_level = False`, e.g. an OpenAI-compatible endpoint): requests carry `messages`,
   results carry text only (no ids, no logprobs). Evaluation only.
 
-This module is light (no torch): the config check and the engine import it freely.
+This module is light (no torch): the engine imports it freely.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
-
-from grpo.errors import UserError
 
 Messages = list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """How the model samples. temperature 0 means greedy decoding (no sampling, seed unused)."""
+    """How the model samples. temperature 0 means greedy decoding (no sampling, seed unused).
+    Built from checked settings (eval.* or trainer.*, grpo/validation.py)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -34,16 +32,6 @@ class Sampling:
     max_tokens_per_turn: int = 128
     # None: draw from the global RNG; an int makes a set of rollouts reproducible
     seed: int | None = None
-
-    def __post_init__(self) -> None:
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise UserError(f"sampling temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise UserError(f"sampling top_p must be in (0, 1], got {self.top_p}")
-        if isinstance(self.max_tokens_per_turn, bool) or int(self.max_tokens_per_turn) < 1:
-            raise UserError(
-                f"generation.max_tokens_per_turn must be >= 1, got {self.max_tokens_per_turn}: set it to e.g. 128"
-            )
 
     @property
     def greedy(self) -> bool:
@@ -107,19 +95,19 @@ class TokenBackend(GenerationBackend, Protocol):
 
 
 class ChatTokenizerSide:
-    """The tokenizer side of a token-level backend (`self.tokenizer`, `self.model_cfg`): render a
-    conversation with the model's chat template, encode new text without special tokens added,
-    decode ids. Shared so every backend tokenises exactly the same way and the engine's ids stay
-    exact whichever backend generates."""
+    """The tokenizer side of a token-level backend (`self.tokenizer`, `self.chat_template_kwargs`):
+    render a conversation with the model's chat template, encode new text without special tokens
+    added, decode ids. Shared so every backend tokenises exactly the same way and the engine's ids
+    stay exact whichever backend generates."""
 
     tokenizer: Any
-    model_cfg: Any
+    chat_template_kwargs: dict[str, Any]
 
     def render(self, messages: Messages, add_generation_prompt: bool) -> str:
         from grpo.models import render_chat
 
         return render_chat(
-            self.tokenizer, messages, self.model_cfg, add_generation_prompt=add_generation_prompt
+            self.tokenizer, messages, self.chat_template_kwargs, add_generation_prompt=add_generation_prompt
         )
 
     def encode(self, text: str) -> list[int]:

@@ -47,14 +47,14 @@ class HFBackend(ChatTokenizerSide):
         tokenizer: PreTrainedTokenizerBase,
         *,
         batch_size: int | None = None,
-        model_cfg: Any = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ):
         if batch_size is not None and int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = None if batch_size is None else int(batch_size)
-        self.model_cfg = model_cfg if model_cfg is not None else {}
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.eos_token_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad) if pad is not None else min(self.eos_token_ids)

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from grpo.config import GenerationConfig, ModelConfig
 from grpo.generation.base import ChatTokenizerSide, GenRequest, GenResult, Sampling
 
 # the engine of the last GRPOTrainer built with vLLM in this process (see use_trainer_engine)
@@ -48,7 +49,7 @@ class VLLMBackend(ChatTokenizerSide):
         *,
         llm: Any = None,
         client: Any = None,
-        model_cfg: Any = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
         eos_token_ids: Sequence[int] = (),
     ):
         if (llm is None) == (client is None):
@@ -56,7 +57,7 @@ class VLLMBackend(ChatTokenizerSide):
         self.tokenizer = tokenizer
         self.llm = llm
         self.client = client
-        self.model_cfg = model_cfg if model_cfg is not None else {}
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         ids = set(int(i) for i in eos_token_ids)
         if tokenizer.eos_token_id is not None:
             ids.add(int(tokenizer.eos_token_id))
@@ -178,13 +179,16 @@ def _sampled_logprobs(
 
 
 def trainer_backend(
-    vllm_generation: Any, tokenizer: Any, model_cfg: Any, eos_token_ids: Sequence[int]
+    vllm_generation: Any, tokenizer: Any, model_cfg: ModelConfig, eos_token_ids: Sequence[int]
 ) -> VLLMBackend:
     """The backend over a GRPOTrainer's vLLM engine (`trainer.vllm_generation`). TRL syncs the
     policy's weights into it before each generation step, so rollouts sample the current policy."""
     if vllm_generation.mode == "colocate":
         return VLLMBackend(
-            tokenizer, llm=vllm_generation.llm, model_cfg=model_cfg, eos_token_ids=eos_token_ids
+            tokenizer,
+            llm=vllm_generation.llm,
+            chat_template_kwargs=model_cfg.chat_template_kwargs,
+            eos_token_ids=eos_token_ids,
         )
     # TRL keeps its client (and the weight-sync channel) on the main process only; other
     # processes generate through a client of their own (generation needs no weight channel).
@@ -196,7 +200,12 @@ def trainer_backend(
             vllm_generation.server_port,
             vllm_generation.server_timeout,
         )
-    return VLLMBackend(tokenizer, client=client, model_cfg=model_cfg, eos_token_ids=eos_token_ids)
+    return VLLMBackend(
+        tokenizer,
+        client=client,
+        chat_template_kwargs=model_cfg.chat_template_kwargs,
+        eos_token_ids=eos_token_ids,
+    )
 
 
 def use_trainer_engine(vllm_generation: Any, eos_token_ids: Sequence[int]) -> None:
@@ -218,13 +227,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     return ids
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    from grpo.generation import _get as get
-
-    return get(cfg, key, default)
-
-
-def _tokenizer(tokenizer: Any, model_cfg: Any) -> Any:
+def _tokenizer(tokenizer: Any, model_cfg: ModelConfig) -> Any:
     if tokenizer is not None:
         return tokenizer
     from grpo.models import load_tokenizer
@@ -232,19 +235,18 @@ def _tokenizer(tokenizer: Any, model_cfg: Any) -> Any:
     return load_tokenizer(model_cfg)
 
 
-def _trainer_engine(mode: str, tokenizer: Any, model_cfg: Any) -> VLLMBackend | None:
+def _trainer_engine(mode: str, tokenizer: Any, model_cfg: ModelConfig) -> VLLMBackend | None:
     engine = _TRAINER_ENGINE.get("engine")
     if engine is None or engine.mode != mode:
         return None
     return trainer_backend(engine, _tokenizer(tokenizer, model_cfg), model_cfg, _TRAINER_ENGINE["eos"])
 
 
-def weights_dir(model: Any, tokenizer: Any, model_cfg: Any) -> str:
+def weights_dir(model: Any, tokenizer: Any, model_cfg: ModelConfig) -> str:
     """A path vLLM can load the policy from: the pretrained path, or (random weights / a model
     in memory) a temporary copy saved from the model."""
-    path = _get(model_cfg, "path")
-    if model is None and _get(model_cfg, "source", "pretrained") == "pretrained" and path:
-        return str(path)
+    if model is None and model_cfg.source == "pretrained" and model_cfg.path:
+        return model_cfg.path
     if model is None:
         from grpo.models import load_policy
 
@@ -255,7 +257,9 @@ def weights_dir(model: Any, tokenizer: Any, model_cfg: Any) -> str:
     return str(out)
 
 
-def make_colocate_backend(gen_cfg: Any, model: Any, tokenizer: Any, model_cfg: Any) -> VLLMBackend:
+def make_colocate_backend(
+    gen_cfg: GenerationConfig, model: Any, tokenizer: Any, model_cfg: ModelConfig
+) -> VLLMBackend:
     """generation=vllm_colocate outside a trainer: the trainer's engine after training, else an
     engine of our own on the model's weights."""
     reused = _trainer_engine("colocate", tokenizer, model_cfg)
@@ -265,43 +269,46 @@ def make_colocate_backend(gen_cfg: Any, model: Any, tokenizer: Any, model_cfg: A
 
     tokenizer = _tokenizer(tokenizer, model_cfg)
     path = weights_dir(model, tokenizer, model_cfg)
-    extra = dict(_get(gen_cfg, "extra") or {})
     llm = LLM(
         model=path,
-        gpu_memory_utilization=float(_get(gen_cfg, "gpu_memory_utilization", 0.3)),
-        max_model_len=extra.get("max_model_length"),
-        tensor_parallel_size=int(extra.get("tensor_parallel_size", 1)),
-        dtype=_get(model_cfg, "dtype", "auto"),
-        trust_remote_code=bool(_get(model_cfg, "trust_remote_code", False)),
+        gpu_memory_utilization=gen_cfg.gpu_memory_utilization,
+        max_model_len=gen_cfg.extra.get("max_model_length"),
+        tensor_parallel_size=int(gen_cfg.extra.get("tensor_parallel_size", 1)),
+        dtype=model_cfg.dtype,
+        trust_remote_code=model_cfg.trust_remote_code,
         # the returned log-probs are those of the distribution actually sampled from
         logprobs_mode="processed_logprobs",
-        seed=int(_get(model_cfg, "seed", 0) or 0),
+        seed=model_cfg.seed,
     )
-    return VLLMBackend(tokenizer, llm=llm, model_cfg=model_cfg, eos_token_ids=_eos_ids(model, tokenizer))
+    return VLLMBackend(
+        tokenizer,
+        llm=llm,
+        chat_template_kwargs=model_cfg.chat_template_kwargs,
+        eos_token_ids=_eos_ids(model, tokenizer),
+    )
 
 
-def make_server_backend(gen_cfg: Any, model: Any, tokenizer: Any, model_cfg: Any) -> VLLMBackend:
+def make_server_backend(
+    gen_cfg: GenerationConfig, model: Any, tokenizer: Any, model_cfg: ModelConfig
+) -> VLLMBackend:
     """generation=vllm_server outside a trainer: a client of the running server (whose weights
     are the last ones a trainer pushed, or the served checkpoint)."""
     reused = _trainer_engine("server", tokenizer, model_cfg)
     if reused is not None:
         return reused
     tokenizer = _tokenizer(tokenizer, model_cfg)
-    client = _server_client(
-        server_base_url(gen_cfg),
-        str(_get(gen_cfg, "host", "127.0.0.1")),
-        int(_get(gen_cfg, "port", 8000)),
-        float(_get(gen_cfg, "timeout_s", 120.0)),
-    )
+    client = _server_client(server_base_url(gen_cfg), gen_cfg.host, gen_cfg.port, gen_cfg.timeout_s)
     return VLLMBackend(
-        tokenizer, client=client, model_cfg=model_cfg, eos_token_ids=_eos_ids(model, tokenizer)
+        tokenizer,
+        client=client,
+        chat_template_kwargs=model_cfg.chat_template_kwargs,
+        eos_token_ids=_eos_ids(model, tokenizer),
     )
 
 
-def server_base_url(gen_cfg: Any) -> str | None:
+def server_base_url(gen_cfg: GenerationConfig) -> str | None:
     """generation.base_url without an OpenAI-style /v1 suffix (TRL's client adds its own paths)."""
-    url = _get(gen_cfg, "base_url")
-    if not url:
+    if not gen_cfg.base_url:
         return None
-    url = str(url).rstrip("/")
+    url = gen_cfg.base_url.rstrip("/")
     return url[: -len("/v1")] if url.endswith("/v1") else url

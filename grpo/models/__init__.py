@@ -4,7 +4,6 @@ Importing this package is light: torch / transformers / peft load inside the fun
 """
 
 from grpo.models.loading import (
-    chat_template_kwargs,
     load_policy,
     load_tokenizer,
     render_chat,
@@ -15,7 +14,6 @@ from grpo.models.lora import lora_config
 from grpo.models.tiny import tiny_tokenizer
 
 __all__ = [
-    "chat_template_kwargs",
     "load_policy",
     "load_tokenizer",
     "lora_config",

@@ -18,53 +18,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from grpo.config import DTYPES, ModelConfig, RewardModelBackboneConfig
 from grpo.errors import UserError
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-SOURCES = ("pretrained", "random")
-_DTYPES = {
-    "float32": "float32",
-    "fp32": "float32",
-    "float": "float32",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float16": "float16",
-    "fp16": "float16",
-    "half": "float16",
-    "auto": "auto",
-}
 # org/name as the hub spells repo ids; anything else that is not an existing dir is a bad local path
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 
 
-def _plain(value: Any) -> Any:
-    """OmegaConf containers -> plain dict/list (transformers and Jinja want real dicts)."""
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(value, DictConfig | ListConfig):
-            return OmegaConf.to_container(value, resolve=True)
-    except ImportError:  # pragma: no cover - omegaconf is a hard dependency
-        pass
-    return value
+# the settings a loader reads: ModelConfig for the policy, RewardModelBackboneConfig for the RM
+WeightsConfig = ModelConfig | RewardModelBackboneConfig
 
 
-def _field(model_cfg: Any, name: str, default: Any = None) -> Any:
-    """Read a field from a DictConfig, a ModelConfig dataclass or a plain dict alike."""
-    if isinstance(model_cfg, Mapping):
-        return _plain(model_cfg.get(name, default))
-    return _plain(getattr(model_cfg, name, default))
-
-
-def resolve_dtype(model_cfg: Any) -> torch.dtype | str:
+def resolve_dtype(model_cfg: WeightsConfig) -> torch.dtype | str:
     """`model.dtype` -> torch.dtype ("auto" stays the string "auto": the checkpoint's own dtype)."""
-    raw = str(_field(model_cfg, "dtype", "float32") or "float32")
-    name = _DTYPES.get(raw.lower())
-    if name is None:
-        raise UserError(f"model.dtype={raw!r} is not supported; use one of float32, bfloat16, float16, auto")
+    name = DTYPES[model_cfg.dtype.lower()]
     if name == "auto":
         return "auto"
     import torch
@@ -72,26 +43,19 @@ def resolve_dtype(model_cfg: Any) -> torch.dtype | str:
     return getattr(torch, name)
 
 
-def chat_template_kwargs(model_cfg: Any) -> dict[str, Any]:
-    """Extra kwargs for apply_chat_template (e.g. {"enable_thinking": False} for Qwen3)."""
-    kwargs = _field(model_cfg, "chat_template_kwargs") or {}
-    if not isinstance(kwargs, dict):
-        raise UserError(f"model.chat_template_kwargs must be a mapping, got {type(kwargs).__name__}")
-    return dict(kwargs)
-
-
 def render_chat(
     tokenizer: PreTrainedTokenizerBase,
     messages: Sequence[Mapping[str, Any]],
-    model_cfg: Any,
+    chat_template_kwargs: Mapping[str, Any],
     add_generation_prompt: bool = True,
 ) -> str:
-    """The prompt text of a conversation: the one way the project applies a chat template."""
+    """The prompt text of a conversation: the one way the project applies a chat template.
+    `chat_template_kwargs`: model.chat_template_kwargs (e.g. {"enable_thinking": False} for Qwen3)."""
     return tokenizer.apply_chat_template(
         [dict(m) for m in messages],
         tokenize=False,
         add_generation_prompt=add_generation_prompt,
-        **chat_template_kwargs(model_cfg),
+        **chat_template_kwargs,
     )
 
 
@@ -175,77 +139,55 @@ def _finish_tokenizer(tokenizer: PreTrainedTokenizerBase, padding_side: str) -> 
     return tokenizer
 
 
-def load_tokenizer(model_cfg: Any, padding_side: str = "left") -> PreTrainedTokenizerBase:
+def load_tokenizer(model_cfg: WeightsConfig, padding_side: str = "left") -> PreTrainedTokenizerBase:
     """The tokenizer of `model_cfg`: `model.tokenizer` if set, else the model's own (pretrained) or the
     built-in offline byte-level BPE (random). Left padding by default (batched generation)."""
     if padding_side not in ("left", "right"):
-        raise UserError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
-    source = _source(model_cfg)
-    path = _field(model_cfg, "tokenizer")
+        raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    path = model_cfg.tokenizer
     field = "model.tokenizer"
-    if path is None and source == "random":
+    if path is None and model_cfg.source == "random":
         from grpo.models.tiny import tiny_tokenizer
 
         return tiny_tokenizer(padding_side)
     if path is None:
-        path, field = _pretrained_path(model_cfg), "model.path"
-    path = str(path)
+        path, field = str(model_cfg.path), "model.path"
     target = _check_source(field, path, ("tokenizer_config.json", "tokenizer.json"), "tokenizer")
 
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            target, trust_remote_code=bool(_field(model_cfg, "trust_remote_code", False))
-        )
+        tokenizer = AutoTokenizer.from_pretrained(target, trust_remote_code=model_cfg.trust_remote_code)
     except (OSError, ValueError) as exc:
         raise _load_error(field, path, exc) from exc
     return _finish_tokenizer(tokenizer, padding_side)
 
 
-def _source(model_cfg: Any) -> str:
-    source = str(_field(model_cfg, "source", "pretrained"))
-    if source not in SOURCES:
-        raise UserError(f"model.source={source!r} is not supported; use one of {', '.join(SOURCES)}")
-    return source
-
-
-def _pretrained_path(model_cfg: Any) -> str:
-    path = _field(model_cfg, "path")
-    if not path:
-        raise UserError("model.path is required for model.source=pretrained; set a hub id or a local dir")
-    return str(path)
-
-
 def load_policy(
-    model_cfg: Any, device: str | torch.device | None = None
+    model_cfg: ModelConfig, device: str | torch.device | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) for the policy. The tokenizer is left-padded; the model is in eval mode
     (trainers switch it to train) on `device` (None: CPU)."""
-    source = _source(model_cfg)
     dtype = resolve_dtype(model_cfg)
     tokenizer = load_tokenizer(model_cfg)
-    if source == "random":
+    if model_cfg.source == "random":
         import torch
 
         from grpo.models.tiny import random_qwen3
 
-        arch = _field(model_cfg, "architecture")
-        if arch is not None and not isinstance(arch, dict):
-            raise UserError(
-                f"model.architecture must be a mapping of Qwen3Config fields, got {type(arch).__name__}"
-            )
-        seed = int(_field(model_cfg, "seed", 0) or 0)
         model_dtype = torch.float32 if dtype == "auto" else dtype
-        return random_qwen3(arch, tokenizer, seed=seed, dtype=model_dtype, device=device), tokenizer
+        model = random_qwen3(
+            model_cfg.architecture, tokenizer, seed=model_cfg.seed, dtype=model_dtype, device=device
+        )
+        return model, tokenizer
 
-    path = _pretrained_path(model_cfg)
+    path = str(model_cfg.path)
     target = _check_source("model.path", path, ("config.json",), "model")
     from transformers import AutoModelForCausalLM
 
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            target, dtype=dtype, trust_remote_code=bool(_field(model_cfg, "trust_remote_code", False))
+            target, dtype=dtype, trust_remote_code=model_cfg.trust_remote_code
         )
     except (OSError, ValueError) as exc:
         raise _load_error("model.path", path, exc) from exc
@@ -256,7 +198,7 @@ def load_policy(
     return model.eval(), tokenizer
 
 
-def save_pretrained_tiny(model_cfg: Any, out_dir: str | os.PathLike[str]) -> Path:
+def save_pretrained_tiny(model_cfg: ModelConfig, out_dir: str | os.PathLike[str]) -> Path:
     """Write the model of `model_cfg` (normally model=tiny) and its tokenizer to out_dir, as a dir
     that `model.source=pretrained model.path=<out_dir>` (or `transformers serve`) loads back."""
     model, tokenizer = load_policy(model_cfg)

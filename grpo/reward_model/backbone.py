@@ -31,7 +31,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grpo.config import RewardModelBackboneConfig
 from grpo.errors import UserError
+from grpo.files import write_json_atomic
 from grpo.reward_model import CALIBRATION_FILE, META_FILE, check_checkpoint_dir
 
 if TYPE_CHECKING:
@@ -65,11 +67,7 @@ class RMMeta:
     version: int = META_VERSION
 
     def save(self, out_dir: Path) -> Path:
-        path = out_dir / META_FILE
-        tmp = out_dir / f".{META_FILE}.tmp"
-        tmp.write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
-        tmp.replace(path)
-        return path
+        return write_json_atomic(out_dir / META_FILE, asdict(self))
 
     @classmethod
     def load(cls, out_dir: Path) -> RMMeta:
@@ -146,38 +144,31 @@ def inner_model(model: Any) -> Any:
 # ---- building a backbone to train -------------------------------------------------------------
 
 
-def _get(cfg: Any, key: str, default: Any = None) -> Any:
-    from grpo.models.loading import _field
-
-    return _field(cfg, key, default)
-
-
 def build_backbone(
-    backbone_cfg: Any, languages: Sequence[str], tag_token: bool, per_language_heads: bool
+    backbone_cfg: RewardModelBackboneConfig,
+    languages: Sequence[str],
+    tag_token: bool,
+    per_language_heads: bool,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) ready for RewardTrainer: the model returns one score per sequence."""
     import torch
 
     from grpo.models.loading import load_tokenizer, resolve_dtype
 
-    source = str(_get(backbone_cfg, "source", "random"))
     num_labels = len(languages) if per_language_heads else 1
-    _check_paths(backbone_cfg, source)  # errors name reward_model.backbone.*, not model.*
+    _check_paths(backbone_cfg)  # errors name reward_model.backbone.*, not model.*
     tokenizer = load_tokenizer(backbone_cfg, padding_side="right")
     if tokenizer.pad_token is None:
         raise UserError(f"{FIELD}: the tokenizer has neither a pad nor an eos token; set {FIELD}.tokenizer")
     added = add_language_tags(tokenizer, languages) if tag_token else 0
     dtype = resolve_dtype(backbone_cfg)
-    seed = int(_get(backbone_cfg, "seed", 0) or 0)
-    if source == "random":
+    seed = backbone_cfg.seed
+    if backbone_cfg.source == "random":
         from transformers import Qwen3ForSequenceClassification
 
         from grpo.models.tiny import qwen3_config
 
-        arch = _get(backbone_cfg, "architecture")
-        if arch is not None and not isinstance(arch, dict):
-            raise UserError(f"{FIELD}.architecture must be a mapping of Qwen3Config fields")
-        config = qwen3_config(arch, tokenizer)
+        config = qwen3_config(backbone_cfg.architecture, tokenizer)
         config.num_labels = num_labels
         config.pad_token_id = tokenizer.pad_token_id
         with torch.random.fork_rng(devices=[]):
@@ -195,20 +186,17 @@ def build_backbone(
     return model, tokenizer
 
 
-def _check_paths(backbone_cfg: Any, source: str) -> None:
+def _check_paths(backbone_cfg: RewardModelBackboneConfig) -> None:
     from grpo.models.loading import _check_source
 
-    if source not in ("random", "pretrained"):
-        raise UserError(f"{FIELD}.source={source!r} is not one of random, pretrained")
-    if source == "pretrained":
-        path = _get(backbone_cfg, "path")
-        if not path:
-            raise UserError(f"{FIELD}.path is required for source=pretrained: a hub id or a local dir")
-        _check_source(f"{FIELD}.path", str(path), ("config.json",), "model")
-    tokenizer = _get(backbone_cfg, "tokenizer")
-    if tokenizer:
+    if backbone_cfg.source == "pretrained":
+        _check_source(f"{FIELD}.path", str(backbone_cfg.path), ("config.json",), "model")
+    if backbone_cfg.tokenizer:
         _check_source(
-            f"{FIELD}.tokenizer", str(tokenizer), ("tokenizer_config.json", "tokenizer.json"), "tokenizer"
+            f"{FIELD}.tokenizer",
+            backbone_cfg.tokenizer,
+            ("tokenizer_config.json", "tokenizer.json"),
+            "tokenizer",
         )
 
 
@@ -222,13 +210,15 @@ def add_language_tags(tokenizer: PreTrainedTokenizerBase, languages: Sequence[st
     )
 
 
-def _load_pretrained(backbone_cfg: Any, num_labels: int, dtype: Any, seed: int) -> PreTrainedModel:
+def _load_pretrained(
+    backbone_cfg: RewardModelBackboneConfig, num_labels: int, dtype: Any, seed: int
+) -> PreTrainedModel:
     import torch
     from transformers import AutoModelForSequenceClassification
 
     from grpo.models.loading import _check_source, _load_error
 
-    path = str(_get(backbone_cfg, "path"))
+    path = str(backbone_cfg.path)
     target = _check_source(f"{FIELD}.path", path, ("config.json",), "model")
     try:
         # the new score head is random: seed it so the same config gives the same start
@@ -241,7 +231,7 @@ def _load_pretrained(backbone_cfg: Any, num_labels: int, dtype: Any, seed: int) 
                 # heads are per language, a 2-label classifier) gets a new head of the right size
                 ignore_mismatched_sizes=True,
                 dtype=dtype,
-                trust_remote_code=bool(_get(backbone_cfg, "trust_remote_code", False)),
+                trust_remote_code=backbone_cfg.trust_remote_code,
             )
     except (OSError, ValueError) as exc:
         raise _load_error(f"{FIELD}.path", path, exc) from exc

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo.files import write_json_atomic
+
 # a std below this (a constant model) would blow normalised scores up; treated as this
 MIN_STD = 1e-6
 
@@ -83,11 +85,7 @@ class Calibration:
         )
 
     def save(self, path: str | Path) -> Path:
-        out = Path(path)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2), encoding="utf-8")
-        tmp.replace(out)
-        return out
+        return write_json_atomic(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> Calibration:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo.errors import UserError
+from grpo.files import write_jsonl_atomic
 
 Message = dict[str, str]
 Messages = list[Message]
@@ -175,14 +176,7 @@ def load_pairs(path: str | Path, known_languages: Sequence[str] | None = None) -
 
 def write_pairs(path: str | Path, pairs: Iterable[PreferencePair]) -> Path:
     """Write pairs as JSONL (UTF-8, one row per line), atomically: a reader never sees half a file."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for pair in pairs:
-            fh.write(json.dumps(pair.to_json(), ensure_ascii=False) + "\n")
-    tmp.replace(out)
-    return out
+    return write_jsonl_atomic(path, (pair.to_json() for pair in pairs))
 
 
 def split_heldout(

@@ -15,14 +15,13 @@ Outputs, under the stage's dir (<run_dir>/reward_model): the HF model + tokenize
 rm_calibration.json, rm_metrics.json (held-out accuracy and loss per language, at init and after
 training), the train / held-out pairs as JSONL, and rm_meta.json written last. Tracker metrics:
 rm/acc/<lang>, rm/acc, rm/loss/<lang>, rm/loss at step 0 (init) and at the last step;
-rm/train/<TRL metric> every logging step. When reward_model.checkpoints is empty it is set to
-this dir, so a later train stage of the same run scores with the fresh RM.
+rm/train/<TRL metric> every logging step. The returned RMResult carries the dir: a later train
+stage of the same run scores with it when reward_model.checkpoints is empty (grpo/stages.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import sys
@@ -32,13 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo.config import GrpoConfig
 from grpo.errors import UserError
-from grpo.reward_model import (
-    HELDOUT_PAIRS_FILE,
-    METRICS_FILE,
-    TRAIN_PAIRS_FILE,
-    validate_reward_model,
-)
+from grpo.files import write_json_atomic
+from grpo.reward_model import HELDOUT_PAIRS_FILE, METRICS_FILE, TRAIN_PAIRS_FILE
 from grpo.reward_model.calibration import Calibration
 from grpo.reward_model.data import PreferencePair, languages_of, load_pairs, split_heldout, write_pairs
 
@@ -153,47 +149,39 @@ class PairScorer:
         return pair_metrics(scores[: len(pairs)], scores[len(pairs) :], languages)
 
 
-def load_data(cfg: Any) -> list[PreferencePair]:
+def load_data(settings: GrpoConfig) -> list[PreferencePair]:
     """The stage's preference pairs: the JSONL file(s) of reward_model.data.path, else synthetic."""
-    data = cfg.reward_model.data
+    data = settings.reward_model.data
     if data.path:
-        return load_pairs(str(data.path))
+        return load_pairs(data.path)
     from grpo.reward_model.synthetic import pairs_from_config
 
-    return pairs_from_config(cfg)
+    return pairs_from_config(settings)
 
 
-def _plain(value: Any) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-
-
-def reward_config(cfg: Any, output_dir: Path) -> Any:
+def reward_config(settings: GrpoConfig, output_dir: Path) -> Any:
     """trl.RewardConfig of the stage; TRL's own rejections become one-line UserErrors."""
 
     from trl import RewardConfig
 
-    tr = cfg.reward_model.training
+    tr = settings.reward_model.training
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
-        "per_device_train_batch_size": int(tr.batch_size_pairs),
-        "gradient_accumulation_steps": int(tr.gradient_accumulation_steps),
-        "learning_rate": float(tr.lr),
-        "num_train_epochs": float(tr.epochs),
-        "max_steps": int(tr.max_steps),
-        "weight_decay": float(tr.weight_decay),
-        "warmup_steps": float(tr.warmup),
-        "lr_scheduler_type": str(tr.lr_scheduler),
-        "max_grad_norm": float(tr.max_grad_norm),
-        "center_rewards_coefficient": None
-        if tr.center_rewards_coefficient is None
-        else float(tr.center_rewards_coefficient),
-        "logging_steps": int(tr.logging_steps),
-        "bf16": bool(tr.bf16),
+        "per_device_train_batch_size": tr.batch_size_pairs,
+        "gradient_accumulation_steps": tr.gradient_accumulation_steps,
+        "learning_rate": tr.lr,
+        "num_train_epochs": tr.epochs,
+        "max_steps": tr.max_steps,
+        "weight_decay": tr.weight_decay,
+        "warmup_steps": tr.warmup,
+        "lr_scheduler_type": tr.lr_scheduler,
+        "max_grad_norm": tr.max_grad_norm,
+        "center_rewards_coefficient": tr.center_rewards_coefficient,
+        "logging_steps": tr.logging_steps,
+        "bf16": tr.bf16,
         # TRL turns gradient checkpointing on by default (transformers 5 name: activation_checkpointing)
-        "activation_checkpointing": bool(tr.activation_checkpointing),
-        "seed": int(cfg.reward_model.data.seed),
+        "activation_checkpointing": tr.activation_checkpointing,
+        "seed": settings.reward_model.data.seed,
         "report_to": "none",  # the tracker gets metrics through our callback
         "save_strategy": "no",  # the stage saves the final model itself, with its calibration
         "eval_strategy": "no",  # held-out accuracy per language is computed by the stage
@@ -205,11 +193,10 @@ def reward_config(cfg: Any, output_dir: Path) -> Any:
         "train_sampling_strategy": "group_by_length",
         "length_column_name": "length",
     }
-    extra = dict(_plain(tr.extra) or {})
-    fixed = sorted(k for k in extra if k in _FIXED_ARGS)
+    fixed = sorted(k for k in tr.extra if k in _FIXED_ARGS)
     if fixed:
         raise UserError(f"reward_model.training.extra: {', '.join(fixed)} is set by the stage; remove it")
-    kwargs.update(extra)
+    kwargs.update(tr.extra)
     from grpo.trl_config import build_trl_config
 
     return build_trl_config(RewardConfig, kwargs, "reward_model.training", "reward_model.training.extra")
@@ -293,15 +280,16 @@ def _log(tracker: Any, metrics: dict[str, float], step: int) -> None:
         print(f"[reward_model] warning: metrics not logged: {ex}", file=sys.stderr)
 
 
-def train_reward_model(cfg: Any, out_dir: str | os.PathLike[str], tracker: Any = None) -> RMResult:
+def train_reward_model(
+    settings: GrpoConfig, out_dir: str | os.PathLike[str], tracker: Any = None
+) -> RMResult:
     """Train the run's reward model into `out_dir` (see the module docstring); returns its metrics."""
-    validate_reward_model(cfg)
-    rm = cfg.reward_model
+    rm = settings.reward_model
     out = Path(out_dir)
     start = time.perf_counter()
 
-    pairs = load_data(cfg)  # every data error surfaces here, before any model is built
-    train_pairs, heldout = split_heldout(pairs, float(rm.data.heldout_fraction), int(rm.data.seed))
+    pairs = load_data(settings)  # every data error surfaces here, before any model is built
+    train_pairs, heldout = split_heldout(pairs, rm.data.heldout_fraction, rm.data.seed)
     languages = languages_of(pairs)
     missing = sorted(set(languages) - set(languages_of(heldout)))
     if missing:
@@ -320,11 +308,11 @@ def train_reward_model(cfg: Any, out_dir: str | os.PathLike[str], tracker: Any =
     from grpo.reward_model.scoring import SequenceEncoder
 
     cond = rm.conditioning
-    per_language = bool(cond.per_language_heads)
-    model, tokenizer = build_backbone(rm.backbone, languages, bool(cond.tag_token), per_language)
-    encoder = SequenceEncoder(tokenizer, int(rm.backbone.max_length), bool(cond.tag_token))
+    per_language = cond.per_language_heads
+    model, tokenizer = build_backbone(rm.backbone, languages, cond.tag_token, per_language)
+    encoder = SequenceEncoder(tokenizer, rm.backbone.max_length, cond.tag_token)
     heads = {lang: i for i, lang in enumerate(languages)} if per_language else None
-    scorer = PairScorer(model, encoder, languages, per_language, int(rm.training.score_batch_size))
+    scorer = PairScorer(model, encoder, languages, per_language, rm.training.score_batch_size)
     initial = scorer.metrics(heldout)
     print(
         f"[reward_model] {len(train_pairs)} train / {len(heldout)} held-out pairs in {', '.join(languages)} | "
@@ -334,7 +322,7 @@ def train_reward_model(cfg: Any, out_dir: str | os.PathLike[str], tracker: Any =
     )
     _log(tracker, initial.to_metrics(), 0)
 
-    args = reward_config(cfg, out / "trainer")
+    args = reward_config(settings, out / "trainer")
     trainer = RewardTrainer(
         model=model,
         args=args,
@@ -356,10 +344,10 @@ def train_reward_model(cfg: Any, out_dir: str | os.PathLike[str], tracker: Any =
     calibration = Calibration.fit(final.chosen + final.rejected, [p.language for p in heldout] * 2)
     meta = RMMeta(
         languages=list(languages),
-        tag_token=bool(cond.tag_token),
+        tag_token=cond.tag_token,
         per_language_heads=per_language,
-        max_length=int(rm.backbone.max_length),
-        backbone={"name": str(rm.backbone.name), "source": str(rm.backbone.source), "path": rm.backbone.path},
+        max_length=rm.backbone.max_length,
+        backbone={"name": rm.backbone.name, "source": rm.backbone.source, "path": rm.backbone.path},
     )
     seconds = time.perf_counter() - start
     report = {
@@ -371,7 +359,7 @@ def train_reward_model(cfg: Any, out_dir: str | os.PathLike[str], tracker: Any =
         "initial": initial.to_json(),
         "final": final.to_json(),
     }
-    (out / METRICS_FILE).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    write_json_atomic(out / METRICS_FILE, report)
     save_reward_model(model, tokenizer, meta, calibration, out)
     _log(tracker, final.to_metrics(), step)
     if tracker is not None:
@@ -381,7 +369,6 @@ def train_reward_model(cfg: Any, out_dir: str | os.PathLike[str], tracker: Any =
         f"({_format_accuracy(final)}), loss {final.overall_loss:.4f} | saved to {out}",
         flush=True,
     )
-    _use_as_run_checkpoint(cfg, out)
     return RMResult(
         path=out,
         languages=list(languages),
@@ -406,13 +393,3 @@ def _log_files(tracker: Any, out: Path) -> None:
         tracker.log_tags({"grpo.reward_model.path": str(out.resolve())})
     except Exception as ex:  # noqa: BLE001 - tracking must not lose a trained model
         print(f"[reward_model] warning: files not logged to the tracker: {ex}", file=sys.stderr)
-
-
-def _use_as_run_checkpoint(cfg: Any, out: Path) -> None:
-    """An empty reward_model.checkpoints means "this run's RM": point it at the fresh one."""
-    from omegaconf import OmegaConf, open_dict
-
-    if len(cfg.reward_model.checkpoints) or not OmegaConf.is_config(cfg):
-        return
-    with open_dict(cfg):
-        cfg.reward_model.checkpoints = [str(out.resolve())]

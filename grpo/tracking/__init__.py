@@ -1,8 +1,8 @@
 """Experiment tracking: every run and every sweep logged to MLflow (tracking=mlflow, the default).
 
-    tracker = make_tracker(cfg, run_dir)       # NullTracker for tracking=none: touches no store
+    tracker = make_tracker(settings, run_dir)  # NullTracker for tracking=none: touches no store
     with tracker:                               # an exception inside -> run FAILED, re-raised
-        tracker.log_config(cfg)
+        tracker.log_config(settings)
         tracker.log_eval(label, eval_result, step)
         callbacks = [tracker.trainer_callback()]
         tracker.finish_run(objective)
@@ -18,9 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from grpo.errors import UserError
-
-BACKENDS = ("mlflow", "none")
+from grpo.config import GrpoConfig
 
 
 class NullTracker:
@@ -36,7 +34,7 @@ class NullTracker:
     ) -> bool:
         return False
 
-    def log_config(self, cfg: Any) -> None:
+    def log_config(self, settings: GrpoConfig) -> None:
         pass
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
@@ -60,29 +58,13 @@ class NullTracker:
         pass
 
 
-def validate_tracking(cfg: Any) -> None:
-    """Config checks that need no import of mlflow: the backend name and the store URI."""
-    backend = cfg.tracking.backend
-    if backend not in BACKENDS:
-        raise UserError(f"tracking.backend={backend} is unknown: use tracking=mlflow or tracking=none")
-    if backend == "mlflow" and cfg.tracking.uri:
-        from grpo.tracking.store import check_uri
-
-        check_uri(str(cfg.tracking.uri), field="tracking.uri")
-    if int(cfg.tracking.get("log_samples", 0) or 0) < 0:
-        raise UserError(
-            f"tracking.log_samples must be >= 0 (0 = no sample table), got {cfg.tracking.log_samples}"
-        )
-
-
-def make_tracker(cfg: Any, run_dir: Path) -> Any:
+def make_tracker(settings: GrpoConfig, run_dir: Path) -> Any:
     """The tracker of this run: MlflowTracker for tracking=mlflow, NullTracker for tracking=none."""
-    validate_tracking(cfg)
-    if cfg.tracking.backend == "none":
+    if settings.tracking.backend == "none":
         return NullTracker()
     from grpo.tracking.mlflow_tracker import MlflowTracker
 
-    return MlflowTracker(cfg, Path(run_dir))
+    return MlflowTracker(settings, Path(run_dir))
 
 
-__all__ = ["BACKENDS", "NullTracker", "make_tracker", "validate_tracking"]
+__all__ = ["NullTracker", "make_tracker"]

@@ -6,10 +6,11 @@ Light module (no mlflow): the sweep callback and the tracker both read it.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from grpo.files import write_json_atomic
 
 # written by the sweep callback into the sweep dir; every job of the sweep reads it
 SWEEP_FILE = "mlflow_sweep.json"
@@ -36,10 +37,7 @@ class SweepInfo:
     overrides: list[str] = field(default_factory=list)
 
     def write(self, sweep_dir: Path) -> None:
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        tmp = sweep_dir / f".{SWEEP_FILE}.{os.getpid()}"
-        tmp.write_text(json.dumps(self.__dict__, indent=2), encoding="utf-8")
-        os.replace(tmp, sweep_dir / SWEEP_FILE)
+        write_json_atomic(sweep_dir / SWEEP_FILE, self.__dict__)
 
     @classmethod
     def read(cls, sweep_dir: Path) -> SweepInfo | None:

@@ -1,8 +1,8 @@
 """One run in MLflow: created on enter, closed on exit (FAILED with the error if the block raised).
 
-    tracker = make_tracker(cfg, run_dir)
+    tracker = make_tracker(settings, run_dir)
     with tracker:
-        tracker.log_config(cfg)
+        tracker.log_config(settings)
         tracker.log_eval("baseline", result, step=0)
         trainer = ...(callbacks=[tracker.trainer_callback()])
         tracker.finish_run(objective)
@@ -18,7 +18,6 @@ from __future__ import annotations
 import getpass
 import json
 import logging
-import os
 import re
 import tempfile
 import time
@@ -27,8 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from omegaconf import DictConfig
-
+from grpo.config import GrpoConfig
+from grpo.files import write_json_atomic
 from grpo.tracking import params as P
 from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
 from grpo.tracking.store import (
@@ -60,10 +59,10 @@ _LABEL_ORDER = ("baseline", "eval", "final")
 class MlflowTracker:
     """Logs one run (a single run, a sweep job, or a resumed run) to an MLflow store."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
-        self.cfg = cfg
+    def __init__(self, settings: GrpoConfig, run_dir: Path) -> None:
+        self.settings = settings
         self.run_dir = Path(run_dir)
-        self.uri = tracking_uri(cfg)
+        self.uri = tracking_uri(settings)
         self.client: Any = None
         self.run_id: str | None = None
         self.experiment_id: str | None = None
@@ -86,8 +85,8 @@ class MlflowTracker:
             if sweep is not None:  # the children of a sweep live in their parent's experiment
                 experiment_id = sweep.experiment_id
             else:
-                name = experiment_name(self.cfg)
-                location = artifact_location(self.cfg, self.uri, name)
+                name = experiment_name(self.settings)
+                location = artifact_location(self.settings, self.uri, name)
                 experiment_id = get_or_create_experiment(self.client, name, location)
             run = with_retry(
                 self.client.create_run,
@@ -115,7 +114,7 @@ class MlflowTracker:
             if status != "FINISHED" and exc is not None:
                 message = " ".join(f"{type(exc).__name__}: {exc}".split())
                 with_retry(self.client.set_tag, self.run_id, f"{P.TAG_PREFIX}error", P.tag_value(message))
-            if self.cfg.tracking.get("log_plots", True):
+            if self.settings.tracking.log_plots:
                 self.log_plots()
         except Exception as ex:  # noqa: BLE001 - never hide the run's own error behind a logging one
             log.warning("MLflow: could not log the end-of-run plots: %s", ex)
@@ -129,23 +128,22 @@ class MlflowTracker:
 
     # ---- what a run logs ---------------------------------------------------------------------------
 
-    def log_config(self, cfg: DictConfig) -> None:
+    def log_config(self, settings: GrpoConfig) -> None:
         """Params = the flattened resolved config (`cfg.` keys); the resolved config.yaml artifact.
         A resumed run keeps its params (MLflow params are immutable); a value changed on resume is
         recorded as the tag grpo.resumed.<key>."""
-        params = P.config_params(cfg)
+        params = P.config_params(settings)
         if self.resumed:
             existing = with_retry(self.client.get_run, self.run_id).data.params
             changed = {k: v for k, v in params.items() if k in existing and existing[k] != v}
             self._log_tags({f"{P.TAG_PREFIX}resumed.{k}"[: P.MAX_KEY_LENGTH]: v for k, v in changed.items()})
             params = {k: v for k, v in params.items() if k not in existing}
         self._log_params(params)
-        env = cfg.get("env")
-        tags = {f"{P.TAG_PREFIX}env": str(env.get("name")) if env is not None else ""}
-        tags[f"{P.TAG_PREFIX}model"] = str(cfg.model.get("path") or cfg.model.get("name"))
+        tags = {f"{P.TAG_PREFIX}env": str((settings.env or {}).get("name", ""))}
+        tags[f"{P.TAG_PREFIX}model"] = str(settings.model.path or settings.model.name)
         self._log_tags(tags)
         name = "config.resumed.yaml" if self.resumed else "config.yaml"
-        with_retry(self.client.log_text, self.run_id, P.resolved_yaml(cfg), name)
+        with_retry(self.client.log_text, self.run_id, P.resolved_yaml(settings), name)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Metrics at `step`, in batches (one database transaction per batch)."""
@@ -170,7 +168,7 @@ class MlflowTracker:
         for path in (result.results_path, result.metadata_path):
             if path is not None and Path(path).is_file():
                 self.log_artifact(Path(path), f"eval/{label}")
-        limit = int(self.cfg.tracking.get("log_samples", 0) or 0)
+        limit = self.settings.tracking.log_samples
         table_file = f"eval/{label}/samples.json"
         if self.resumed and any(
             a.path == table_file for a in self.client.list_artifacts(self.run_id, f"eval/{label}")
@@ -236,7 +234,7 @@ class MlflowTracker:
 
     def _resumable_run_id(self) -> str | None:
         """The run recorded by the run being resumed, when it lives in this store."""
-        resume = self.cfg.get("resume")
+        resume = self.settings.resume
         if not resume:
             return None
         from hydra.utils import to_absolute_path
@@ -263,8 +261,8 @@ class MlflowTracker:
         return str(recorded["run_id"])
 
     def _run_name(self, job: JobInfo | None, sweep: SweepInfo | None) -> str:
-        if self.cfg.tracking.get("run_name"):
-            return str(self.cfg.tracking.run_name)
+        if self.settings.tracking.run_name:
+            return self.settings.tracking.run_name
         if job is None:
             return self.run_dir.name
         if sweep is not None:
@@ -292,8 +290,8 @@ class MlflowTracker:
             tags["mlflow.parentRunId"] = sweep.run_id
             tags[f"{P.TAG_PREFIX}sweep_id"] = sweep.sweep_id
             tags[f"{P.TAG_PREFIX}varied"] = json.dumps(P.varied_overrides(job.overrides, sweep.overrides))
-        if self.cfg.get("resume"):
-            tags[f"{P.TAG_PREFIX}resumed_from"] = str(self.cfg.resume)
+        if self.settings.resume:
+            tags[f"{P.TAG_PREFIX}resumed_from"] = self.settings.resume
         return {k: P.tag_value(v) for k, v in tags.items()}
 
     def _log_params(self, params: Mapping[str, str]) -> None:
@@ -311,11 +309,8 @@ class MlflowTracker:
             with_retry(self.client.log_batch, self.run_id, tags=items[start : start + MAX_PARAMS_PER_BATCH])
 
     def _write_run_file(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         record = {"run_id": self.run_id, "experiment_id": self.experiment_id, "tracking_uri": self.uri}
-        tmp = self.run_dir / f".{RUN_FILE}.{os.getpid()}"
-        tmp.write_text(json.dumps(record, indent=2), encoding="utf-8")
-        os.replace(tmp, self.run_dir / RUN_FILE)
+        write_json_atomic(self.run_dir / RUN_FILE, record)
 
     def _title(self) -> str:
         run = with_retry(self.client.get_run, self.run_id)

@@ -7,6 +7,7 @@ line up column by column in the UI's compare view. Lists are one JSON value, not
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from grpo.config import GrpoConfig
 
 PARAM_PREFIX = "cfg."
 TAG_PREFIX = "grpo."
@@ -56,19 +57,20 @@ def flatten(container: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-def config_params(cfg: DictConfig) -> dict[str, str]:
-    """The flattened resolved config (without Hydra's own node) as MLflow params."""
-    container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-    assert isinstance(container, dict)
-    container.pop("hydra", None)
-    return flatten(container, PARAM_PREFIX)
+def config_params(settings: GrpoConfig) -> dict[str, str]:
+    """The run's settings flattened as MLflow params, but for the env's prompt texts: a hundred
+    translations are data, not knobs to compare runs by (the config.yaml artifact has them)."""
+    tree = dataclasses.asdict(settings)
+    if isinstance(tree["env"], dict):
+        tree["env"].pop("prompts", None)
+    return flatten(tree, PARAM_PREFIX)
 
 
-def resolved_yaml(cfg: DictConfig) -> str:
-    container = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-    assert isinstance(container, dict)
-    container.pop("hydra", None)
-    return OmegaConf.to_yaml(OmegaConf.create(container))
+def resolved_yaml(settings: GrpoConfig) -> str:
+    """The run's resolved settings as YAML (the config.yaml artifact)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.create(dataclasses.asdict(settings)))
 
 
 def tag_value(value: Any) -> str:

@@ -25,6 +25,8 @@ from grpo.errors import UserError
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
+    from grpo.config import GrpoConfig
+
 T = TypeVar("T")
 
 DB_FILE = "mlflow.db"
@@ -41,19 +43,19 @@ def quiet_mlflow() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def output_root(cfg: Any) -> Path:
+def output_root(settings: GrpoConfig) -> Path:
     """The absolute output root: relative paths are taken from the directory the command ran in."""
     from hydra.utils import to_absolute_path
 
-    return Path(to_absolute_path(str(cfg.output_root)))
+    return Path(to_absolute_path(settings.output_root))
 
 
-def tracking_uri(cfg: Any) -> str:
+def tracking_uri(settings: GrpoConfig) -> str:
     """tracking.uri, else $MLFLOW_TRACKING_URI, else the SQLite file under the output root."""
-    uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = settings.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
-        return f"sqlite:///{output_root(cfg) / DB_FILE}"
-    return check_uri(str(uri), field="tracking.uri")
+        return f"sqlite:///{output_root(settings) / DB_FILE}"
+    return check_uri(uri, field="tracking.uri")
 
 
 def check_uri(uri: str, field: str) -> str:
@@ -80,20 +82,19 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-def experiment_name(cfg: Any) -> str:
+def experiment_name(settings: GrpoConfig) -> str:
     """tracking.experiment, else one experiment per environment."""
-    if cfg.tracking.experiment:
-        return str(cfg.tracking.experiment)
-    env = cfg.get("env") if hasattr(cfg, "get") else getattr(cfg, "env", None)
-    name = env.get("name") if env is not None else None
+    if settings.tracking.experiment:
+        return settings.tracking.experiment
+    name = (settings.env or {}).get("name")
     return f"grpo-{name}" if name else "grpo"
 
 
-def artifact_location(cfg: Any, uri: str, experiment: str) -> str | None:
+def artifact_location(settings: GrpoConfig, uri: str, experiment: str) -> str | None:
     """Artifact root for a new experiment. A SQLite store keeps artifacts next to its database
     (MLflow's own default would be ./mlruns under whatever directory the run started in)."""
-    if cfg.tracking.artifact_location:
-        location = str(cfg.tracking.artifact_location)
+    if settings.tracking.artifact_location:
+        location = settings.tracking.artifact_location
         if urlparse(location).scheme in ("", "file"):
             from hydra.utils import to_absolute_path
 

@@ -18,6 +18,8 @@ Registered in conf/config.yaml under hydra.callbacks; a no-op for single runs an
 from __future__ import annotations
 
 import atexit
+import contextlib
+import io
 import logging
 import sys
 from pathlib import Path
@@ -26,8 +28,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from grpo.config import GrpoConfig, to_settings
 from grpo.tracking import params as P
 from grpo.tracking.hydra_job import SweepInfo
+from grpo.tracking.summary import child_runs, summarize_sweep
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +47,11 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from grpo.tracking.store import output_root
 
-        output_root(config).mkdir(parents=True, exist_ok=True)
-        if config.tracking.backend != "mlflow":
+        settings = to_settings(config)
+        output_root(settings).mkdir(parents=True, exist_ok=True)
+        if settings.tracking.backend != "mlflow":
             return
-        self._start_parent(config)
+        self._start_parent(config, settings)
         atexit.register(self._close_at_exit)
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
@@ -67,13 +72,15 @@ class SweepCallback(Callback):
         run_dir = Path(str(config.hydra.runtime.output_dir))
         if (run_dir / RUN_FILE).is_file():
             return  # the job's own tracker opened (and closed) its run
-        error = job_return._return_value  # the job's exception (JobReturn.return_value would raise it)
-        tracker = MlflowTracker(job_return.cfg, run_dir)
-        tracker.__enter__()
         try:
-            tracker.log_config(job_return.cfg)
-        except Exception as ex:  # noqa: BLE001 - a config that cannot even resolve: the error tag says why
-            log.debug("failed job's config not logged: %s", ex)
+            settings = to_settings(job_return.cfg)
+        except Exception as ex:  # noqa: BLE001 - a config that cannot even resolve: nothing to log it with
+            log.warning("sweep job %s failed with a config that does not resolve: %s", run_dir.name, ex)
+            return
+        error = _job_error(job_return)
+        tracker = MlflowTracker(settings, run_dir)
+        tracker.__enter__()
+        tracker.log_config(settings)
         tracker.__exit__(type(error), error, None)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -89,7 +96,7 @@ class SweepCallback(Callback):
 
     # ---- parent run ------------------------------------------------------------------------------
 
-    def _start_parent(self, config: DictConfig) -> None:
+    def _start_parent(self, config: DictConfig, settings: GrpoConfig) -> None:
         from hydra.utils import to_absolute_path
 
         from grpo.tracking.store import (
@@ -102,13 +109,13 @@ class SweepCallback(Callback):
             with_retry,
         )
 
-        uri = tracking_uri(config)
+        uri = tracking_uri(settings)
         self._client = make_client(uri)
-        name = experiment_name(config)
-        experiment_id = get_or_create_experiment(self._client, name, artifact_location(config, uri, name))
+        name = experiment_name(settings)
+        experiment_id = get_or_create_experiment(self._client, name, artifact_location(settings, uri, name))
         sweep_dir = Path(to_absolute_path(str(config.hydra.sweep.dir)))
         try:
-            sweep_id = str(sweep_dir.relative_to(output_root(config)))
+            sweep_id = str(sweep_dir.relative_to(output_root(settings)))
         except ValueError:
             sweep_id = str(sweep_dir)
         overrides = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=True) or []]
@@ -203,8 +210,6 @@ class SweepCallback(Callback):
         }
         with_retry(client.log_batch, run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         try:
-            from grpo.compare import summarize_sweep
-
             summarize_sweep(client, parent, children)
         except Exception as ex:  # noqa: BLE001 - the comparison is a convenience; closing the run is not
             log.warning("sweep comparison failed: %s", ex)
@@ -216,22 +221,15 @@ class SweepCallback(Callback):
 # ---- helpers ---------------------------------------------------------------------------------------
 
 
-def child_runs(client: Any, parent: Any) -> list[Any]:
-    """The job runs of a sweep parent, by job number."""
-    from grpo.tracking.store import with_retry
-
-    runs = with_retry(
-        client.search_runs,
-        [parent.info.experiment_id],
-        filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
-        max_results=10000,
-    )
-
-    def job_num(run: Any) -> tuple[int, int]:
-        num = run.data.tags.get(f"{P.TAG_PREFIX}job_num", "")
-        return (int(num) if num.isdigit() else sys.maxsize, run.info.start_time or 0)
-
-    return sorted(runs, key=job_num)
+def _job_error(job_return: Any) -> BaseException | None:
+    """A failed job's exception, through JobReturn's public getter (which raises it, after
+    printing a line of its own that Hydra's launcher prints too)."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            job_return.return_value  # noqa: B018 - the getter raises the job's exception
+    except BaseException as ex:  # noqa: BLE001 - whatever the job raised is what to record
+        return ex
+    return None
 
 
 def search_space(config: DictConfig, overrides: list[str]) -> dict[str, str]:

@@ -1,0 +1,147 @@
+"""Training checkpoints on disk: which are complete, which is the latest, and what a resume changes.
+
+transformers writes a checkpoint in place (no temp dir + rename), so once all of it is on disk a
+marker file is written (every file fsynced first, the marker atomically): `latest_checkpoint`
+only picks marked checkpoints, so a run killed mid-save never yields a corrupt "latest".
+
+Light module: the config check (`resume=`) uses it before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from grpo.errors import UserError
+from grpo.files import write_json_atomic
+
+CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINT_PREFIX = "checkpoint-"
+# written last into a checkpoint dir, once everything else is on disk
+COMPLETE_MARKER = "grpo_checkpoint_complete.json"
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "adapter_model.safetensors",
+    "pytorch_model.bin",
+)
+# settings that fix the data order and the batches: a resumed run should keep them
+RESUME_KEYS = (
+    "trainer.num_generations",
+    "trainer.per_device_batch_completions",
+    "trainer.gradient_accumulation_steps",
+    "trainer.num_iterations",
+    "trainer.seed",
+    "env._target_",
+    "env.seed",
+    "env.num_train_examples",
+)
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The global step in a `checkpoint-N` dir name, else None."""
+    name = path.name
+    if not name.startswith(CHECKPOINT_PREFIX):
+        return None
+    suffix = name[len(CHECKPOINT_PREFIX) :]
+    return int(suffix) if suffix.isdigit() else None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_complete_checkpoint(path: Path) -> bool:
+    """A checkpoint dir everything was written to: our marker and the trainer state agree on its
+    step, and the weights, optimizer and scheduler files are there."""
+    step = checkpoint_step(path)
+    if step is None or not path.is_dir():
+        return False
+    marker = _read_json(path / COMPLETE_MARKER)
+    state = _read_json(path / "trainer_state.json")
+    if not isinstance(marker, dict) or marker.get("global_step") != step:
+        return False
+    if not isinstance(state, dict) or state.get("global_step") != step:
+        return False
+    if not any((path / f).is_file() for f in WEIGHT_FILES):
+        return False
+    return all((path / f).is_file() for f in marker.get("files", ()))
+
+
+def checkpoints_of(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """The `checkpoint-N` dirs of a run (its output dir, its checkpoints dir, or a checkpoint
+    itself), newest step first."""
+    root = Path(run_dir)
+    if checkpoint_step(root) is not None:
+        return [root]
+    if (root / CHECKPOINTS_DIR).is_dir():
+        root = root / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and checkpoint_step(p) is not None]
+    return sorted(found, key=lambda p: checkpoint_step(p) or 0, reverse=True)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path:
+    """The newest COMPLETE checkpoint of a previous run; incomplete ones (a run killed while
+    saving) are skipped. UserError when there is none."""
+    root = Path(run_dir).expanduser()
+    if not root.exists():
+        raise UserError(
+            f"resume={run_dir}: no such directory; pass a previous run's output dir (outputs/runs/...)"
+        )
+    candidates = checkpoints_of(root)
+    for ckpt in candidates:
+        if is_complete_checkpoint(ckpt):
+            return ckpt
+    where = root / CHECKPOINTS_DIR if (root / CHECKPOINTS_DIR).is_dir() else root
+    skipped = f" ({len(candidates)} incomplete skipped)" if candidates else ""
+    raise UserError(
+        f"resume={run_dir}: no complete checkpoint under {where}{skipped}; a run writes one every "
+        "trainer.save_steps steps and at its end"
+    )
+
+
+def mark_checkpoint_complete(path: Path, global_step: int) -> None:
+    """Flush every file of a finished checkpoint to disk, then write the marker atomically."""
+    files = sorted(
+        str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER
+    )
+    for name in files:
+        with open(path / name, "rb") as fh:
+            os.fsync(fh.fileno())
+    write_json_atomic(path / COMPLETE_MARKER, {"global_step": global_step, "files": files})
+
+
+def _select(tree: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+def resume_drift(settings: Any, run_dir: str | os.PathLike[str]) -> list[str]:
+    """`key: before -> now` for every RESUME_KEYS setting that differs from the resumed run's
+    own config (<run_dir>/.hydra/config.yaml, written by Hydra); empty when it cannot be read."""
+    from omegaconf import OmegaConf
+
+    saved = Path(run_dir).expanduser() / ".hydra" / "config.yaml"
+    try:
+        before = OmegaConf.load(saved)
+    except Exception:  # no saved config, or one that no longer parses: nothing to compare
+        return []
+    now = dataclasses.asdict(settings)
+    drift = []
+    for key in RESUME_KEYS:
+        old = OmegaConf.select(before, key, default=None, throw_on_resolution_failure=False)
+        new = _select(now, key)
+        if old is not None and old != new:
+            drift.append(f"{key}: {old} -> {new}")
+    return drift

@@ -1,0 +1,92 @@
+"""Files that must never be half-written: one atomic write for the whole project.
+
+`atomic_write(path)` yields a text handle on a temporary file in the same directory; when the
+block ends without error the data is flushed and fsynced, the temporary file is renamed over
+`path`, and the directory entry is fsynced too. A crash at any point leaves the previous file
+(or none), never a mix; an exception inside the block removes the temporary file and leaves the
+old file untouched. Two processes writing the same path each use their own temporary file, and
+the last rename wins whole.
+
+JSON is written with `to_json`: sets become sorted lists, tuples lists, numpy/torch scalars numbers,
+anything else its str(), so ground truth of any shape serialises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Flush a directory's entries (a rename inside it) to disk; a no-op where unsupported."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str]) -> Iterator[TextIO]:
+    """Write `path` (UTF-8 text) all at once or not at all (see the module docstring)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    with atomic_write(path) as fh:
+        fh.write(text)
+    return Path(path)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, set | frozenset):
+        return sorted(obj, key=repr)
+    if isinstance(obj, tuple):
+        return list(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        with contextlib.suppress(Exception):
+            return obj.item()
+    if hasattr(obj, "tolist") and callable(obj.tolist):
+        with contextlib.suppress(Exception):
+            return obj.tolist()
+    return str(obj)
+
+
+def to_json(obj: Any, **kwargs: Any) -> str:
+    """JSON text of `obj` (UTF-8 kept as is, NaN allowed, anything unknown as its str())."""
+    return json.dumps(obj, ensure_ascii=False, default=_json_default, allow_nan=True, **kwargs)
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
+    return write_text_atomic(path, to_json(obj, indent=2) + "\n")
+
+
+def write_jsonl_atomic(path: str | os.PathLike[str], records: Iterable[Any]) -> Path:
+    """One JSON value per line."""
+    with atomic_write(path) as fh:
+        for record in records:
+            fh.write(to_json(record) + "\n")
+    return Path(path)

@@ -1,0 +1,388 @@
+"""Cross-field rules of a run's settings: the one place they are checked.
+
+`check(settings)` raises a one-line UserError (field, value, fix) on the first rule a composed
+config breaks. It runs once per process and config, in the preflight of `python -m grpo`, before
+anything heavy is imported; `check_once` remembers what it has checked, so the Hydra task that
+follows does not check the same config again, while a sweep job whose values the preflight could
+not see (an Optuna sample, a joblib worker) is checked at its start. Stages and builders receive
+checked settings and never check them again. Single fields' types are the schema's business
+(grpo/config.py): composition already refused those.
+
+Light: importing and running this module imports no torch, transformers, trl or mlflow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+from pathlib import Path
+
+from grpo.config import (
+    CORRUPTIONS,
+    DTYPES,
+    GENERATION_BACKENDS,
+    LOSS_TYPES,
+    LR_SCHEDULERS,
+    MODEL_SOURCES,
+    OPTIMIZERS,
+    REWARD_MODEL_COMBINES,
+    REWARD_MODEL_KINDS,
+    SCALE_REWARDS,
+    STAGES,
+    TRACKING_BACKENDS,
+    VLLM_MODES,
+    EvalConfig,
+    GenerationConfig,
+    GrpoConfig,
+    ModelConfig,
+    OptimizerConfig,
+    RewardModelBackboneConfig,
+    RewardModelConfig,
+    TrackingConfig,
+    TrainerConfig,
+)
+from grpo.errors import UserError
+
+# a model turn needs room for at least a short answer and its end-of-turn token
+MIN_TOKENS_PER_TURN = 16
+
+_checked: set[str] = set()
+
+
+def check_once(settings: GrpoConfig) -> None:
+    """`check(settings)` unless this process already checked exactly these settings."""
+    key = json.dumps(dataclasses.asdict(settings), sort_keys=True, default=str)
+    if key not in _checked:
+        check(settings)
+        _checked.add(key)
+
+
+def check(s: GrpoConfig) -> None:
+    """Every cross-field rule, in a fixed order; UserError on the first one broken."""
+    _stages(s.stages)
+    _trainer(s.trainer)
+    _optimizer(s.optimizer)
+    _model(s.model, s.trainer)
+    _turn_budget(s)
+    _generation(s.generation, s.stages)
+    if s.resume:
+        _resume(s)
+    if "eval" in s.stages:
+        _eval(s.eval)
+    _reward_model(s)
+    _tracking(s.tracking)
+
+
+def _fail(message: str) -> None:
+    raise UserError(message)
+
+
+def has_cuda_gpu() -> bool:
+    """Whether an NVIDIA GPU is visible, without importing torch."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
+
+
+def _stages(stages: list[str]) -> None:
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown or not stages:
+        _fail(
+            f"stages={list(stages)}: each stage must be one of {', '.join(STAGES)} (in the order to run them), "
+            "e.g. stages=[eval,train,eval]"
+        )
+
+
+def _trainer(t: TrainerConfig) -> None:
+    if t.num_generations < 2:
+        _fail(
+            f"trainer.num_generations={t.num_generations}: GRPO needs a group of at least 2 completions per "
+            "prompt to compute advantages; set trainer.num_generations=4 or more"
+        )
+    if t.per_device_batch_completions < 1 or t.per_device_batch_completions % t.num_generations:
+        lower = max(
+            t.num_generations, t.per_device_batch_completions // t.num_generations * t.num_generations
+        )
+        _fail(
+            f"trainer.per_device_batch_completions={t.per_device_batch_completions} is not a multiple of "
+            f"trainer.num_generations={t.num_generations} (a prompt's group must fit in one batch): set it to "
+            f"{lower} or {lower + t.num_generations}"
+        )
+    for key in ("gradient_accumulation_steps", "max_steps", "num_iterations", "logging_steps", "save_steps"):
+        if getattr(t, key) < 1:
+            _fail(f"trainer.{key}={getattr(t, key)} must be >= 1")
+    if t.save_total_limit is not None and t.save_total_limit < 1:
+        _fail(f"trainer.save_total_limit={t.save_total_limit} must be >= 1 or null (keep every checkpoint)")
+    if t.loss_type not in LOSS_TYPES:
+        _fail(f"trainer.loss_type='{t.loss_type}' is not one of {', '.join(LOSS_TYPES)}")
+    if t.scale_rewards not in SCALE_REWARDS:
+        _fail(f"trainer.scale_rewards='{t.scale_rewards}' is not one of {', '.join(SCALE_REWARDS)}")
+    if t.beta < 0:
+        _fail(f"trainer.beta={t.beta} must be >= 0 (0 = no KL term and no reference model)")
+    if t.epsilon <= 0:
+        _fail(f"trainer.epsilon={t.epsilon} must be > 0 (the PPO clip range, e.g. 0.2)")
+    if t.epsilon_high is not None and t.epsilon_high < t.epsilon:
+        _fail(
+            f"trainer.epsilon_high={t.epsilon_high} is below trainer.epsilon={t.epsilon}: clip-higher must be >= "
+            "epsilon (DAPO uses 0.28), or null to reuse epsilon"
+        )
+    if not t.temperature > 0:
+        _fail(f"trainer.temperature={t.temperature} must be > 0: GRPO samples its rollouts (1.0 is usual)")
+    if not 0 < t.top_p <= 1:
+        _fail(f"trainer.top_p={t.top_p} must be in (0, 1]")
+    if t.max_completion_length < 1:
+        _fail(f"trainer.max_completion_length={t.max_completion_length} must be >= 1")
+    if t.extra.get("sync_ref_model") and t.beta == 0:
+        _fail(
+            "trainer.extra.sync_ref_model=true has no reference model to sync with trainer.beta=0: set "
+            "trainer.beta > 0 or drop sync_ref_model"
+        )
+
+
+def _optimizer(o: OptimizerConfig) -> None:
+    if o.name not in OPTIMIZERS:
+        _fail(f"optimizer.name='{o.name}' is not one of {', '.join(OPTIMIZERS)}")
+    if o.lr < 0:
+        _fail(f"optimizer.lr={o.lr} must be >= 0")
+    if o.weight_decay < 0:
+        _fail(f"optimizer.weight_decay={o.weight_decay} must be >= 0")
+    if len(o.betas) != 2 or not all(0 <= b < 1 for b in o.betas):
+        _fail(f"optimizer.betas={list(o.betas)} must be two numbers in [0, 1), e.g. [0.9, 0.99]")
+    if not 0 <= o.momentum < 1:
+        _fail(f"optimizer.momentum={o.momentum} must be in [0, 1)")
+    if o.max_grad_norm < 0:
+        _fail(f"optimizer.max_grad_norm={o.max_grad_norm} must be >= 0 (0 disables clipping)")
+    if o.warmup < 0:
+        _fail(f"optimizer.warmup={o.warmup} must be >= 0 (a fraction of max_steps when < 1, else steps)")
+    if o.lr_scheduler not in LR_SCHEDULERS:
+        _fail(f"optimizer.lr_scheduler='{o.lr_scheduler}' is not one of {', '.join(LR_SCHEDULERS)}")
+    if o.name == "adamw_8bit":
+        if not has_cuda_gpu():
+            _fail(
+                "optimizer=adamw_8bit needs a CUDA GPU (bitsandbytes 8-bit states): use optimizer=adamw on CPU"
+            )
+        if importlib.util.find_spec("bitsandbytes") is None:
+            _fail(
+                "optimizer=adamw_8bit needs bitsandbytes: pip install bitsandbytes (or use optimizer=adamw)"
+            )
+
+
+def _weights_source(block: str, m: ModelConfig | RewardModelBackboneConfig) -> None:
+    """Rules shared by the policy (`model`) and the reward model backbone: where weights come from."""
+    if m.source not in MODEL_SOURCES:
+        _fail(f"{block}.source='{m.source}' is not one of {', '.join(MODEL_SOURCES)}")
+    if m.source == "pretrained" and not m.path:
+        _fail(f"{block}.path is required for {block}.source=pretrained: a hub id or a local dir")
+    if m.source == "random" and m.path:
+        # random weights are built from `architecture`: a path would be silently ignored
+        _fail(
+            f"{block}.path={m.path} is not used with {block}.source=random (random weights from "
+            f"{block}.architecture): set {block}.source=pretrained to load it, or {block}.tokenizer={m.path} "
+            "to use only its tokenizer"
+        )
+    if str(m.dtype).lower() not in DTYPES:
+        _fail(f"{block}.dtype='{m.dtype}' is not supported; use one of float32, bfloat16, float16, auto")
+
+
+def _model(m: ModelConfig, t: TrainerConfig) -> None:
+    _weights_source("model", m)
+    lora = m.lora
+    if not lora.enabled:
+        return
+    if lora.r < 1 or lora.alpha <= 0:
+        _fail(
+            f"model.lora.r={lora.r} and model.lora.alpha={lora.alpha} must be positive (e.g. r=16, alpha=32)"
+        )
+    if not 0 <= lora.dropout < 1:
+        _fail(f"model.lora.dropout={lora.dropout} must be in [0, 1)")
+    if not lora.target_modules or not all(lora.target_modules):
+        _fail("model.lora.target_modules must be a non-empty list of module names, e.g. [q_proj, v_proj]")
+    if "lm_head" in lora.target_modules:
+        _fail(
+            "model.lora.target_modules contains lm_head: GRPO computes log-probs from lm_head.weight directly, so "
+            "an adapter there would never train; remove lm_head"
+        )
+    if t.extra.get("sync_ref_model"):
+        _fail(
+            "trainer.extra.sync_ref_model=true does not work with model.lora.enabled=true: under LoRA the reference "
+            "model is the adapter-disabled base; drop sync_ref_model"
+        )
+
+
+def _turn_budget(s: GrpoConfig) -> None:
+    max_turns = s.env.get("max_turns") if isinstance(s.env, dict) else None
+    turns = (
+        max_turns if isinstance(max_turns, int) and not isinstance(max_turns, bool) and max_turns >= 1 else 1
+    )
+    need = turns * MIN_TOKENS_PER_TURN
+    if s.trainer.max_completion_length < need:
+        _fail(
+            f"trainer.max_completion_length={s.trainer.max_completion_length} leaves fewer than "
+            f"{MIN_TOKENS_PER_TURN} tokens per model turn for env.max_turns={turns} (it covers all turns): set "
+            f"trainer.max_completion_length >= {need}"
+        )
+
+
+def _generation(g: GenerationConfig, stages: list[str]) -> None:
+    if g.backend not in GENERATION_BACKENDS:
+        _fail(
+            f"generation.backend={g.backend!r} is not available; choose one of: {', '.join(GENERATION_BACKENDS)}"
+        )
+    if g.max_tokens_per_turn < 1:
+        _fail(f"generation.max_tokens_per_turn={g.max_tokens_per_turn} must be an integer >= 1 (e.g. 128)")
+    if g.batch_size is not None and g.batch_size < 1:
+        _fail(
+            f"generation.batch_size={g.batch_size} must be >= 1 (conversations per generate call) "
+            "or null (all active conversations at once)"
+        )
+    if g.backend == "openai":
+        _openai(g, stages)
+    elif g.backend in VLLM_MODES:
+        _vllm(g, stages)
+
+
+def _openai(g: GenerationConfig, stages: list[str]) -> None:
+    if "train" in stages:
+        _fail(
+            "generation=openai is evaluation only (an endpoint returns text, not token ids): train with "
+            "generation=hf or vllm_colocate / vllm_server, or set stages=[eval]"
+        )
+    for key, example in (("base_url", "http://127.0.0.1:8000/v1"), ("model", "<served model name>")):
+        if not getattr(g, key):
+            _fail(f"generation.{key} is required for generation=openai: set generation.{key}={example}")
+    if not str(g.base_url).startswith(("http://", "https://")):
+        _fail(f"generation.base_url={g.base_url!r} must be an http(s) URL such as http://127.0.0.1:8000/v1")
+    if g.max_concurrency < 1:
+        _fail(f"generation.max_concurrency={g.max_concurrency} must be an integer >= 1")
+    if not math.isfinite(g.timeout_s) or g.timeout_s <= 0:
+        _fail(f"generation.timeout_s={g.timeout_s} must be a number of seconds > 0")
+    if g.max_retries < 0:
+        _fail(f"generation.max_retries={g.max_retries} must be an integer >= 0")
+    if g.api_key_var and not os.environ.get(g.api_key_var):
+        _fail(
+            f"generation.api_key_var={g.api_key_var}: the environment variable {g.api_key_var} is not set; "
+            f"export {g.api_key_var}=<your key>, or set generation.api_key_var=null for an endpoint without auth"
+        )
+
+
+def _vllm(g: GenerationConfig, stages: list[str]) -> None:
+    if importlib.util.find_spec("vllm") is None:
+        _fail(
+            f"generation={g.backend} needs vLLM: pip install 'grpo[vllm]' on a GPU machine (or use generation=hf)"
+        )
+    if not 0 < g.gpu_memory_utilization <= 1:
+        _fail(f"generation.gpu_memory_utilization={g.gpu_memory_utilization} must be in (0, 1]")
+    if "train" in stages and not has_cuda_gpu():
+        # colocate runs vLLM on this GPU; server mode pushes the weights to the server over NCCL
+        _fail(f"generation={g.backend} needs a CUDA GPU for training: use generation=hf on CPU")
+
+
+def _resume(s: GrpoConfig) -> None:
+    if "train" not in s.stages:
+        _fail(f"resume={s.resume} needs the train stage: add train to stages (e.g. stages=[train,eval])")
+    from grpo.checkpoints import latest_checkpoint
+
+    latest_checkpoint(s.resume)  # UserError when there is nothing complete to resume from
+
+
+def _eval(e: EvalConfig) -> None:
+    for key, flag, default in (("num_examples", "-n", 5), ("rollouts_per_example", "-r", 3)):
+        value = getattr(e, key)
+        if value < 1:
+            _fail(f"eval.{key} must be >= 1 (vf-eval {flag}), got {value}: set e.g. eval.{key}={default}")
+    if e.temperature < 0 or not math.isfinite(e.temperature):
+        _fail(f"eval.temperature must be >= 0 (0 = greedy), got {e.temperature}")
+    if not 0.0 < e.top_p <= 1.0:
+        _fail(f"eval.top_p must be in (0, 1], got {e.top_p}")
+
+
+def _reward_model(s: GrpoConfig) -> None:
+    rm = s.reward_model
+    if rm.kind not in REWARD_MODEL_KINDS:
+        _fail(f"reward_model.kind='{rm.kind}' is not one of {', '.join(REWARD_MODEL_KINDS)}")
+    if rm.combine not in REWARD_MODEL_COMBINES:
+        _fail(f"reward_model.combine='{rm.combine}' is not one of {', '.join(REWARD_MODEL_COMBINES)}")
+    for key in ("weight", "rubric_weight", "k"):
+        if getattr(rm, key) < 0:
+            _fail(f"reward_model.{key}={getattr(rm, key)} must be >= 0")
+    if "reward_model" in s.stages:
+        _reward_model_training(rm)
+    # only GRPO training scores with the RM (evaluation reports the environment's own rewards)
+    if rm.kind == "rubric" or "train" not in s.stages:
+        return
+    if rm.kind == "learned" and len(rm.checkpoints) > 1:
+        _fail(
+            f"reward_model=learned takes one checkpoint, got {len(rm.checkpoints)}: use reward_model=ensemble "
+            "to combine several"
+        )
+    if rm.kind == "ensemble" and len(rm.checkpoints) < 2:
+        _fail(
+            f"reward_model=ensemble needs two or more reward_model.checkpoints, got {len(rm.checkpoints)}: "
+            "e.g. 'reward_model.checkpoints=[runs/a/reward_model,runs/b/reward_model]'"
+        )
+    if not rm.checkpoints and "reward_model" not in s.stages[: s.stages.index("train")]:
+        _fail(
+            f"reward_model={rm.kind} needs a trained reward model: set reward_model.checkpoints=[DIR] "
+            "(a reward_model stage's output dir) or train one first with stages=[reward_model,train]"
+        )
+    from grpo.reward_model import check_checkpoint_dir
+
+    for i, path in enumerate(rm.checkpoints):
+        check_checkpoint_dir(path, f"reward_model.checkpoints[{i}]")
+
+
+def _reward_model_training(rm: RewardModelConfig) -> None:
+    data, syn, tr, bb = rm.data, rm.data.synthetic, rm.training, rm.backbone
+    _weights_source("reward_model.backbone", bb)
+    if bb.max_length < 16:
+        _fail(f"reward_model.backbone.max_length={bb.max_length} must be >= 16 tokens")
+    if data.path is not None and not Path(data.path).expanduser().exists():
+        _fail(f"reward_model.data.path={data.path}: no such file or directory")
+    if not 0 < data.heldout_fraction < 1:
+        _fail(f"reward_model.data.heldout_fraction={data.heldout_fraction} must be in (0, 1), e.g. 0.2")
+    if data.path is None:
+        if syn.n < 2:
+            _fail(f"reward_model.data.synthetic.n={syn.n} must be >= 2 pairs per language")
+        if not 0 <= syn.severity <= 1:
+            _fail(f"reward_model.data.synthetic.severity={syn.severity} must be in [0, 1]")
+        unknown = [c for c in syn.corruptions if c not in CORRUPTIONS]
+        if unknown or not syn.corruptions:
+            _fail(
+                f"reward_model.data.synthetic.corruptions={list(syn.corruptions)}: use a non-empty subset of "
+                f"{', '.join(CORRUPTIONS)}"
+            )
+        if syn.languages is not None:
+            from grpo.languages.spec import available_languages
+
+            known = available_languages()
+            bad = [code for code in syn.languages if code not in known]
+            if bad or not syn.languages:
+                _fail(
+                    f"reward_model.data.synthetic.languages={list(syn.languages)}: unknown language(s) "
+                    f"{', '.join(map(str, bad)) or '(empty list)'}; available: {', '.join(known)}"
+                )
+    if tr.lr <= 0:
+        _fail(f"reward_model.training.lr={tr.lr} must be > 0")
+    if tr.max_steps < 1 and tr.epochs <= 0:
+        _fail(
+            f"reward_model.training.epochs={tr.epochs} must be > 0 (or set reward_model.training.max_steps)"
+        )
+    for key in ("batch_size_pairs", "gradient_accumulation_steps", "logging_steps", "score_batch_size"):
+        if getattr(tr, key) < 1:
+            _fail(f"reward_model.training.{key}={getattr(tr, key)} must be >= 1")
+    if tr.warmup < 0:
+        _fail(f"reward_model.training.warmup={tr.warmup} must be >= 0")
+
+
+def _tracking(t: TrackingConfig) -> None:
+    if t.backend not in TRACKING_BACKENDS:
+        _fail(f"tracking.backend={t.backend} is unknown: use tracking=mlflow or tracking=none")
+    if t.backend == "mlflow" and t.uri:
+        from grpo.tracking.store import check_uri
+
+        check_uri(t.uri, field="tracking.uri")
+    if t.log_samples < 0:
+        _fail(f"tracking.log_samples must be >= 0 (0 = no sample table), got {t.log_samples}")

@@ -31,12 +31,13 @@ import time
 
 from transformers import TrainerCallback
 
-from grpo.cli import compose
+from grpo.cli import load_settings
 from grpo.envs import build_env
 from grpo.train import build_trainer
+from grpo.validation import check
 
 backend, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-cfg = compose(
+cfg = load_settings(
     [
         "+env=alphabet_sort",
         "env.min_turns=3",
@@ -56,6 +57,7 @@ cfg = compose(
         "optimizer.lr=1e-6",
     ]
 )
+check(cfg)  # the rules `python -m grpo` runs first (GPU, vLLM installed, batch geometry)
 
 
 class StepTimer(TrainerCallback):

@@ -66,12 +66,12 @@ def main() -> None:
 
     import torch
 
-    from grpo.cli import compose
+    from grpo.cli import load_settings
     from grpo.envs import build_env
 
     torch.set_num_threads(1)  # a tiny model; identical for both sides
-    batched_cfg = compose([*COMMON, f"trainer.max_steps={args.steps}", "generation.batch_size=null"])
-    single_cfg = compose([*COMMON, f"trainer.max_steps={args.steps}", "generation.batch_size=1"])
+    batched_cfg = load_settings([*COMMON, f"trainer.max_steps={args.steps}", "generation.batch_size=null"])
+    single_cfg = load_settings([*COMMON, f"trainer.max_steps={args.steps}", "generation.batch_size=1"])
     env = build_env(batched_cfg.env, batched_cfg.language)
     batched: list[float] = []
     single: list[float] = []

@@ -114,11 +114,11 @@ def main() -> None:
 
     import torch
 
-    from grpo.cli import compose
+    from grpo.cli import load_settings
     from grpo.envs import build_env
 
     torch.set_num_threads(1)  # a tiny model; identical for both sides
-    cfg = compose([*COMMON, f"trainer.max_steps={args.steps}"])
+    cfg = load_settings([*COMMON, f"trainer.max_steps={args.steps}"])
     env = build_env(cfg.env, cfg.language)
     ours: list[float] = []
     bare: list[float] = []

@@ -25,16 +25,16 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 def build_checkpoint(out: Path, pairs: list) -> None:
     """A tiny RM dir with real calibration statistics (what the reward_model stage writes)."""
-    from grpo.cli import compose
+    from grpo.cli import load_settings
     from grpo.reward_model.backbone import RMMeta, build_backbone, save_reward_model
     from grpo.reward_model.calibration import Calibration
     from grpo.reward_model.scoring import SequenceEncoder, score_ids
 
-    cfg = compose(["+env=alphabet_sort", "reward_model=learned"])
+    cfg = load_settings(["+env=alphabet_sort", "reward_model=learned"])
     model, tokenizer = build_backbone(
         cfg.reward_model.backbone, ["en"], tag_token=True, per_language_heads=False
     )
-    encoder = SequenceEncoder(tokenizer, int(cfg.reward_model.backbone.max_length), tag_token=True)
+    encoder = SequenceEncoder(tokenizer, cfg.reward_model.backbone.max_length, tag_token=True)
     completions = [p.chosen for p in pairs] + [p.rejected for p in pairs]
     ids = encoder.encode([p.prompt for p in pairs] * 2, completions, ["en"] * len(completions))
     scores = score_ids(model, ids, tokenizer.pad_token_id, 64)
@@ -55,12 +55,12 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from grpo.cli import compose
+    from grpo.cli import load_settings
     from grpo.envs import build_env
     from grpo.reward_model.synthetic import env_pairs
     from grpo.rewards.learned import RewardModelScorer
 
-    cfg = compose(["+env=alphabet_sort"])
+    cfg = load_settings(["+env=alphabet_sort"])
     env = build_env(cfg.env, cfg.language)
     pairs = env_pairs(
         env, args.completions // 2, severity=0.5, corruptions=["swap", "drop", "duplicate", "format"], seed=0

@@ -42,13 +42,13 @@ def main() -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
 
-    from grpo.cli import compose
+    from grpo.cli import load_settings
     from grpo.envs import build_env
     from grpo.generation.hf import HFBackend
     from grpo.models import load_policy
     from grpo.rollout import Sampling, run_rollouts
 
-    cfg = compose(["+env=alphabet_sort"])
+    cfg = load_settings(["+env=alphabet_sort"])
     env = build_env(cfg.env, cfg.language)
     model, tokenizer = load_policy(cfg.model)
     rows = env.rows("eval", args.prompts)
@@ -56,8 +56,10 @@ def main() -> None:
         temperature=1.0, top_p=1.0, max_tokens_per_turn=args.max_tokens_per_turn, seed=args.seed
     )
     modes = {
-        "batched": HFBackend(model, tokenizer, model_cfg=cfg.model),
-        "sequential": HFBackend(model, tokenizer, batch_size=1, model_cfg=cfg.model),
+        "batched": HFBackend(model, tokenizer, chat_template_kwargs=cfg.model.chat_template_kwargs),
+        "sequential": HFBackend(
+            model, tokenizer, batch_size=1, chat_template_kwargs=cfg.model.chat_template_kwargs
+        ),
     }
 
     def run(backend: HFBackend, rows_: list, rollouts: int) -> tuple[float, list]:

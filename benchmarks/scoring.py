@@ -22,7 +22,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from grpo.cli import compose  # noqa: E402
+from grpo.cli import load_settings  # noqa: E402
 from grpo.envs import build_env  # noqa: E402
 from grpo.envs.alphabet_sort import AlphabetSortEnv  # noqa: E402
 from grpo.envs.base import Row  # noqa: E402
@@ -107,7 +107,7 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
-    cfg = compose(["+env=alphabet_sort", "env.min_turns=3", f"env.num_eval_examples={args.rows}"])
+    cfg = load_settings(["+env=alphabet_sort", "env.min_turns=3", f"env.num_eval_examples={args.rows}"])
     env = build_env(cfg.env, cfg.language)
     rng = random.Random(0)
     rollouts = [(row, c) for row in env.rows("eval") for c in perturbations(env, row, rng)]

@@ -66,6 +66,7 @@ def check(s: GrpoConfig) -> None:
     _trainer(s.trainer)
     _optimizer(s.optimizer)
     _model(s.model, s.trainer)
+    _language(s)
     _turn_budget(s)
     _generation(s.generation, s.stages)
     if s.resume:
@@ -210,6 +211,15 @@ def _model(m: ModelConfig, t: TrainerConfig) -> None:
             "trainer.extra.sync_ref_model=true does not work with model.lora.enabled=true: under LoRA the reference "
             "model is the adapter-disabled base; drop sync_ref_model"
         )
+
+
+def _language(s: GrpoConfig) -> None:
+    """The language group's own rules (a known sort key, an ICU locale where one is needed, known
+    mix members, ...) are the invariants of a LanguageSpec and live with it: building the spec
+    runs them, here before anything heavy."""
+    from grpo.languages.spec import spec_from_config
+
+    spec_from_config(s.language)
 
 
 def _turn_budget(s: GrpoConfig) -> None:

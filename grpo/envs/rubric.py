@@ -51,19 +51,15 @@ def score_reward(fn: RewardFn, **kwargs: Any) -> float | None:
     float in [0, 1], or None when the function says the completion is not its business."""
     try:
         value = fn(**kwargs)
+        if value is None:
+            return None
+        # float() would also read a numeric string: a text is no score
+        value = float(value) if not isinstance(value, (str, bytes)) else math.nan
     except Exception:
         return 0.0
-    if value is None:
-        return None
-    if isinstance(value, (str, bytes)):
+    if value != value:  # NaN
         return 0.0
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return 0.0
-    if math.isnan(value):
-        return 0.0
-    return min(1.0, max(0.0, value))
+    return 1.0 if value > 1.0 else (value if value > 0.0 else 0.0)
 
 
 class Rubric:

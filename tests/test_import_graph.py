@@ -92,7 +92,9 @@ def test_the_checker_finds_a_cycle_and_a_schema_import(tmp_path):
     (pkg / "config.py").write_text("def f():\n    from grpo.sub import b\n")
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "a.py").write_text("from . import b\n")
-    (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import grpo.sub.a\n")
+    (pkg / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import grpo.sub.a\n"
+    )
     graph = import_graph(pkg)
     assert cycles(graph) == [["grpo.sub.a", "grpo.sub.b"]]
     assert graph["grpo.config"] == {"grpo.sub.b"}

@@ -101,7 +101,9 @@ def test_resume_after_sigkill_continues_at_the_same_step(tmp_path):
     assert not is_complete_checkpoint(torn)
     assert latest_checkpoint(run1) == ckpt
 
-    cfg = load_settings([*RUN, f"trainer.max_steps={step + 1}", f"resume={run1}", "trainer.log_completions=true"])
+    cfg = load_settings(
+        [*RUN, f"trainer.max_steps={step + 1}", f"resume={run1}", "trainer.log_completions=true"]
+    )
     # same data-order settings as the killed run (read back from its .hydra/config.yaml)
     assert resume_drift(cfg, run1) == []
     changed = load_settings([*RUN, "seed=8", "trainer.num_generations=2", f"resume={run1}"])

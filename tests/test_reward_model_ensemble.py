@@ -37,7 +37,9 @@ def pairs():
 
 def make_member(path: Path, seed: int, scale: float, pairs) -> Path:
     """A tiny RM (random weights from `seed`, score head times `scale`) calibrated on `pairs`."""
-    backbone = load_settings(["+env=alphabet_sort", "reward_model=learned", f"reward_model.backbone.seed={seed}"])
+    backbone = load_settings(
+        ["+env=alphabet_sort", "reward_model=learned", f"reward_model.backbone.seed={seed}"]
+    )
     model, tokenizer = build_backbone(backbone.reward_model.backbone, LANGUAGES, True, False)
     with torch.no_grad():
         model.score.weight.mul_(scale)

@@ -82,7 +82,10 @@ def test_multi_turn_rollouts_make_one_server_call_per_turn(tokenizer):
     ]
     client = ServerClient([*reply, tokenizer.eos_token_id])
     backend = VLLMBackend(
-        tokenizer, client=client, chat_template_kwargs=cfg.model.chat_template_kwargs, eos_token_ids=[tokenizer.eos_token_id]
+        tokenizer,
+        client=client,
+        chat_template_kwargs=cfg.model.chat_template_kwargs,
+        eos_token_ids=[tokenizer.eos_token_id],
     )
     rollouts = run_rollouts(
         env,

@@ -67,7 +67,10 @@ RULES = [
     (["resume=/tmp", "stages=[eval]"], "resume=/tmp needs the train stage"),
     # a path on random weights would be silently ignored
     (["model.path=/data/Qwen3-0.6B"], "model.path=/data/Qwen3-0.6B is not used with model.source=random"),
-    (["model=qwen2_5_0_5b_instruct", "model.path=null"], "model.path is required for model.source=pretrained"),
+    (
+        ["model=qwen2_5_0_5b_instruct", "model.path=null"],
+        "model.path is required for model.source=pretrained",
+    ),
     (["model.dtype=int8"], "model.dtype='int8' is not supported"),
     # the language group's rules run in the preflight too
     (["language.sort_key=xx"], "language.sort_key: 'xx' is not one of codepoint, icu, icu_reading"),

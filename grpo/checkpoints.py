@@ -4,6 +4,9 @@ transformers writes a checkpoint in place (no temp dir + rename), so once all of
 marker file is written (every file fsynced first, the marker atomically): `latest_checkpoint`
 only picks marked checkpoints, so a run killed mid-save never yields a corrupt "latest".
 
+With trainer.keep_best, <checkpoints>/grpo_best.json names the checkpoint with the best validation
+reward (`write_best_marker`, `best_checkpoint`).
+
 Light module: the config check (`resume=`) uses it before anything heavy is imported.
 """
 
@@ -22,6 +25,8 @@ CHECKPOINTS_DIR = "checkpoints"
 CHECKPOINT_PREFIX = "checkpoint-"
 # written last into a checkpoint dir, once everything else is on disk
 COMPLETE_MARKER = "grpo_checkpoint_complete.json"
+# in the checkpoints dir: the best checkpoint by validation reward (trainer.keep_best)
+BEST_MARKER = "grpo_best.json"
 WEIGHT_FILES = (
     "model.safetensors",
     "model.safetensors.index.json",
@@ -117,6 +122,43 @@ def mark_checkpoint_complete(path: Path, global_step: int) -> None:
         with open(path / name, "rb") as fh:
             os.fsync(fh.fileno())
     write_json_atomic(path / COMPLETE_MARKER, {"global_step": global_step, "files": files})
+
+
+@dataclasses.dataclass(frozen=True)
+class BestCheckpoint:
+    """The checkpoint with the best validation reward of a run."""
+
+    path: Path
+    global_step: int
+    val_reward: float
+
+
+def write_best_marker(checkpoints_dir: Path, checkpoint: Path, global_step: int, val_reward: float) -> None:
+    """Record `checkpoint` as the run's best (atomically): by name when it is in `checkpoints_dir`,
+    else by absolute path (a resumed run's best may sit in the run it resumed)."""
+    checkpoints_dir, checkpoint = Path(checkpoints_dir), Path(checkpoint)
+    name = (
+        checkpoint.name
+        if checkpoint.parent.resolve() == checkpoints_dir.resolve()
+        else str(checkpoint.resolve())
+    )
+    record = {"checkpoint": name, "global_step": int(global_step), "val_reward": float(val_reward)}
+    write_json_atomic(checkpoints_dir / BEST_MARKER, record)
+
+
+def best_checkpoint(run_dir: str | os.PathLike[str]) -> BestCheckpoint | None:
+    """The best checkpoint recorded in a run (its output dir or its checkpoints dir), if it is still
+    complete on disk; None otherwise (no keep_best, no validation yet, or deleted)."""
+    root = Path(run_dir).expanduser()
+    if (root / CHECKPOINTS_DIR).is_dir():
+        root = root / CHECKPOINTS_DIR
+    record = _read_json(root / BEST_MARKER)
+    if not isinstance(record, dict) or not isinstance(record.get("checkpoint"), str):
+        return None
+    path = root / record["checkpoint"]
+    if not is_complete_checkpoint(path):
+        return None
+    return BestCheckpoint(path, int(record["global_step"]), float(record["val_reward"]))
 
 
 def _select(tree: Any, key: str) -> Any:

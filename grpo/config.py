@@ -22,7 +22,7 @@ from omegaconf import MISSING
 
 # ---- allowed values (grpo/validation.py checks them; the builders map them) --------------------
 
-STAGES = ("reward_model", "eval", "train")
+STAGES = ("reward_model", "sft", "eval", "train")
 MODEL_SOURCES = ("pretrained", "random")
 # model.dtype spellings -> torch dtype name ("auto": the checkpoint's own)
 DTYPES = {
@@ -320,7 +320,50 @@ class TrainerConfig:
     # <run_dir>/checkpoints/completions/*.parquet
     log_completions: bool = False
     seed: int = 0
+    # validation during training: every eval_steps optimizer steps (0 = off) the current policy is
+    # evaluated on a fixed held-out subset of the env's eval split, val_num_examples x
+    # val_rollouts_per_example rollouts (sampled as eval.*), logged as val/... at the global step
+    eval_steps: int = 0
+    val_num_examples: int = 8
+    val_rollouts_per_example: int = 2
+    # keep the checkpoint with the best validation reward (marked; save_total_limit never deletes it)
+    keep_best: bool = False
     # any other trl.GRPOConfig field, as is, e.g. {top_entropy_quantile: 0.2, importance_sampling_level: sequence}
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SftConfig:
+    # demonstrations: a JSONL file (or a dir of *.jsonl) of conversations, {"messages": [...],
+    # "language": optional} per line; null = synthesised from the run's env (the reference episodes
+    # of its train rows, environment turns included; language=mix: each row in its own language)
+    data_path: str | None = None
+    # demonstrations synthesised from the env: its first n train rows
+    num_examples: int = 1000
+    # passes over the demonstrations (ignored when max_steps > 0)
+    epochs: float = 1.0
+    # optimizer steps; -1 = from epochs
+    max_steps: int = -1
+    lr: float = 2e-5
+    # per-device micro-batch counted in conversations
+    batch_size: int = 8
+    gradient_accumulation_steps: int = 1
+    weight_decay: float = 0.0
+    # warmup length: a fraction of the steps when < 1, a number of optimizer steps when >= 1
+    warmup: float = 0.0
+    # any transformers SchedulerType
+    lr_scheduler: str = "linear"
+    max_grad_norm: float = 1.0
+    # tokens of one conversation (prompt + completion); longer ones are cut at the end
+    max_length: int = 1024
+    # train a LoRA adapter (model.lora's r, alpha, dropout, target_modules) and merge it into the
+    # saved weights, instead of every weight
+    lora: bool = False
+    # optimizer steps between logged metrics (sft/loss, sft/mean_token_accuracy)
+    logging_steps: int = 10
+    bf16: bool = False
+    seed: int = 0
+    # any other trl.SFTConfig field, passed through as is
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -396,8 +439,9 @@ class EvalConfig:
 
 @dataclass
 class GrpoConfig:
-    # what the entry point does, in order: reward_model (train an RM), eval, train; an eval before
-    # train is the baseline, one after it the final evaluation
+    # what the entry point does, in order: reward_model (train an RM), sft (supervised warm start on
+    # demonstrations), eval, train; an eval before train is the baseline, one after it the final
+    # evaluation
     stages: list[str] = field(default_factory=lambda: ["eval", "train", "eval"])
     # feeds the env rows, the model's random init, sampling and the trainer (conf/config.yaml)
     seed: int = 0
@@ -412,6 +456,7 @@ class GrpoConfig:
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    sft: SftConfig = field(default_factory=SftConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -4,7 +4,12 @@
 for the same env seed), runs `eval.rollouts_per_example` rollouts of each through the batched
 rollout engine, scores every rollout with the environment's rubric plus any extra reward
 functions, prints a compact report, and writes `results.jsonl` (one line per rollout) and
-`metadata.json` atomically under `out_dir`.
+`metadata.json` atomically under `out_dir`. `evaluate_rows` is the same on given rows without the
+printing (validation during training uses it on rows from the end of the split).
+
+Score functions (`score_funcs`, e.g. a learned reward model's normalised score) get a column of
+their own: per rollout in results.jsonl, mean / std and a mean per language in the report and the
+metrics. They are not rewards: not clipped to [0, 1] and not counted in the total.
 
 Statistics: `mean` / `std` are over all n*r rollouts (population std, ddof=0, as numpy's default
 that vf-eval uses); pass@k is reported only when every reward function is binary (0/1) and uses
@@ -93,17 +98,21 @@ class EvalResult:
     pass_at_k: dict[int, float] | None
     # total reward per example (rows) and rollout index (columns)
     rewards: list[list[float]]
-    results_path: Path
-    metadata_path: Path
+    # None when the evaluation wrote no files
+    results_path: Path | None
+    metadata_path: Path | None
     seconds: float
     # reward function name -> weight in the total
     weights: dict[str, float] = field(default_factory=dict)
     # the example id of each row of `rewards`
     example_ids: list[Any] = field(default_factory=list)
+    # score function name -> {"mean", "std", "count" (rollouts scored), "per_language": {code: mean}}
+    scores: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_metrics(self, prefix: str = "") -> dict[str, float]:
         """Flat metric names (MLflow-safe: no '@'), e.g. mean, std, func/<name>, func/<name>/std,
-        lang/<code>/mean, pass_at_<k>, seconds; `prefix` is prepended to every name."""
+        lang/<code>/mean, pass_at_<k>, score/<name>/mean|std, score/<name>/lang/<code>, seconds;
+        `prefix` is prepended to every name."""
         m: dict[str, float] = {
             "mean": self.mean,
             "std": self.std,
@@ -119,6 +128,10 @@ class EvalResult:
                 m[f"lang/{code}/{key}"] = float(stats[key])
         for k, value in (self.pass_at_k or {}).items():
             m[f"pass_at_{k}"] = value
+        for name, stats in self.scores.items():
+            m[f"score/{name}/mean"], m[f"score/{name}/std"] = stats["mean"], stats["std"]
+            for code, value in stats["per_language"].items():
+                m[f"score/{name}/lang/{code}"] = value
         return {f"{prefix}{name}": float(value) for name, value in m.items()}
 
 
@@ -137,6 +150,16 @@ def combined_rubric(env: Environment, extra_reward_funcs: Sequence[Any] | None) 
     return rubric
 
 
+def check_score_names(rubric: Rubric, score_funcs: Sequence[RewardFunc]) -> None:
+    """Score columns are named apart from the reward functions and the results.jsonl fields."""
+    names = [f.name for f in score_funcs]
+    clash = sorted(
+        (set(names) & (set(rubric.names) | set(RESERVED_KEYS))) | {n for n in names if names.count(n) > 1}
+    )
+    if clash:
+        raise UserError(f"score column name(s) {clash} clash with a reward function or a results.jsonl field")
+
+
 def _as_reward_func(f: Any) -> RewardFunc:
     if isinstance(f, RewardFunc):
         return f
@@ -145,6 +168,37 @@ def _as_reward_func(f: Any) -> RewardFunc:
     if hasattr(f, "name") and hasattr(f, "fn"):
         return RewardFunc(str(f.name), f.fn, float(getattr(f, "weight", 1.0)))
     raise TypeError(f"extra reward function must have name, fn and weight, got {f!r}")
+
+
+def score_columns(
+    score_funcs: Sequence[RewardFunc], rollouts: Sequence[Any]
+) -> dict[str, list[float | None]]:
+    """Each score function's value per rollout, as is (not clipped; NaN, inf and non-numbers
+    become None). Each fn is a batched function in TRL's reward-function signature, called once
+    with every rollout: fn(prompts=, completions=, **fields), the fields our training rollout
+    function hands TRL (the episode, its state, the row's info and language)."""
+    if not score_funcs:
+        return {}
+    from grpo.rewards.rubric import COMPLETION_FIELD, INFO_FIELD, STATE_FIELD
+
+    fields = {
+        COMPLETION_FIELD: [list(r.completion) for r in rollouts],
+        STATE_FIELD: [r.state for r in rollouts],
+        INFO_FIELD: [r.row.info for r in rollouts],
+        "language": [r.row.language for r in rollouts],
+    }
+    prompts = [list(r.row.prompt) for r in rollouts]
+    columns = {}
+    for f in score_funcs:
+        values = list(f.fn(prompts=prompts, completions=fields[COMPLETION_FIELD], **fields))
+        columns[f.name] = [_finite(v) for v in values]
+    return columns
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def score_rollout(
@@ -175,16 +229,27 @@ def format_report(result: EvalResult, header: dict[str, Any], show_examples: boo
     lines.append(
         f"reward: mean {result.mean:.4f} ± {result.std:.4f}  ({result.n} examples x {result.r} rollouts)"
     )
-    width = max(len(name) for name in result.per_function)
+    width = max(len(name) for name in [*result.per_function, *result.scores])
     for name, value in result.per_function.items():
         weight = result.weights.get(name)
         suffix = f"  (weight {weight:g})" if weight is not None else ""
         lines.append(f"  {name:<{width}}  {value:.4f} ± {result.per_function_std[name]:.4f}{suffix}")
+    for name, stats in result.scores.items():
+        lines.append(
+            f"  {name:<{width}}  {stats['mean']:.4f} ± {stats['std']:.4f}  (a score, not in the reward: unclipped)"
+        )
     if len(result.per_language) > 1:
+        scores = list(result.scores)
         lines.append("per language:")
-        lines.append(f"  {'lang':<6} {'mean':>7} {'std':>7} {'rollouts':>8}")
+        lines.append(
+            f"  {'lang':<6} {'mean':>7} {'std':>7} {'rollouts':>8}" + "".join(f" {n:>12}" for n in scores)
+        )
         for code, stats in result.per_language.items():
-            lines.append(f"  {code:<6} {stats['mean']:>7.4f} {stats['std']:>7.4f} {int(stats['count']):>8}")
+            cells = [result.scores[n]["per_language"].get(code, math.nan) for n in scores]
+            lines.append(
+                f"  {code:<6} {stats['mean']:>7.4f} {stats['std']:>7.4f} {int(stats['count']):>8}"
+                + "".join(f" {v:>12.4f}" for v in cells)
+            )
     if result.pass_at_k:
         lines.append("pass@k: " + "  ".join(f"pass@{k}={v:.4f}" for k, v in result.pass_at_k.items()))
     if show_examples and result.rewards:
@@ -209,32 +274,82 @@ def evaluate(
     label: str = "eval",
     extra_reward_funcs: Sequence[Any] | None = None,
     step: int | None = None,
+    score_funcs: Sequence[RewardFunc] = (),
 ) -> EvalResult:
     """Evaluate `backend` on `env`: n eval rows x r rollouts, scored, printed and saved under `out_dir`.
 
     `extra_reward_funcs` (RewardFunc, or (name, fn[, weight])) join the env rubric: they get a column
-    in results.jsonl, a per-function mean, and their weighted score counts in the total reward."""
-    from grpo.rollout import Sampling, run_rollouts
-
+    in results.jsonl, a per-function mean, and their weighted score counts in the total reward.
+    `score_funcs` get a column too but do not count (see the module docstring)."""
     ev = settings.eval
     n_wanted, r = int(ev.num_examples), int(ev.rollouts_per_example)
-    rubric = combined_rubric(env, extra_reward_funcs)
-    extras = rubric.funcs[len(env.rubric.funcs) :]
     rows = env.rows("eval", n_wanted)
     if len(rows) < n_wanted:
         print(
             f"note: eval.num_examples={n_wanted} but the eval split has {len(rows)} rows; using all of them"
         )
-    sampling = Sampling(
+    print(f"evaluating {env.name} ({label}): {len(rows)} examples x {r} rollouts", flush=True)
+    result = evaluate_rows(
+        settings,
+        env,
+        rows,
+        r,
+        backend,
+        out_dir,
+        label=label,
+        extra_reward_funcs=extra_reward_funcs,
+        score_funcs=score_funcs,
+        step=step,
+        progress=True,
+    )
+    header = _header(
+        settings, env, len(rows), r, eval_sampling(settings), settings.trainer.max_completion_length
+    )
+    print(format_report(result, _printable_header(header), show_examples=ev.show_examples))
+    sys.stdout.flush()
+    return result
+
+
+def eval_sampling(settings: GrpoConfig) -> Any:
+    """How evaluation samples: eval.temperature / top_p / seed, generation.max_tokens_per_turn."""
+    from grpo.generation.base import Sampling
+
+    ev = settings.eval
+    return Sampling(
         temperature=float(ev.temperature),
         top_p=float(ev.top_p),
         max_tokens_per_turn=settings.generation.max_tokens_per_turn,
         seed=ev.seed,
     )
+
+
+def evaluate_rows(
+    settings: GrpoConfig,
+    env: Environment,
+    rows: Sequence[Row],
+    rollouts_per_example: int,
+    backend: Any,
+    out_dir: Path | None,
+    *,
+    label: str = "eval",
+    extra_reward_funcs: Sequence[Any] | None = None,
+    score_funcs: Sequence[RewardFunc] = (),
+    step: int | None = None,
+    progress: bool = False,
+) -> EvalResult:
+    """`rollouts_per_example` rollouts of each of `rows`, sampled as eval.* says, scored and
+    summarised; results.jsonl and metadata.json go under `out_dir` (None: no files). Prints nothing
+    but the rollout engine's progress bar (`progress`)."""
+    from grpo.rollout import run_rollouts
+
+    r = int(rollouts_per_example)
+    rubric = combined_rubric(env, extra_reward_funcs)
+    check_score_names(rubric, score_funcs)
+    extras = rubric.funcs[len(env.rubric.funcs) :]
+    sampling = eval_sampling(settings)
     max_completion_tokens = settings.trainer.max_completion_length
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir) if out_dir is not None else None
     header = _header(settings, env, len(rows), r, sampling, max_completion_tokens)
-    print(f"evaluating {header['env']} ({label}): {len(rows)} examples x {r} rollouts", flush=True)
 
     start = time.perf_counter()
     rollouts = run_rollouts(
@@ -244,13 +359,22 @@ def evaluate(
         rollouts_per_row=r,
         sampling=sampling,
         max_completion_tokens=max_completion_tokens,
-        progress=True,
+        progress=progress,
     )
     records = [_record(env, rubric, extras, ro) for ro in rollouts]
+    for name, values in score_columns(score_funcs, rollouts).items():
+        for record, value in zip(records, values, strict=True):
+            record[name] = value
     seconds = time.perf_counter() - start
 
-    result = summarize(records, rubric, label, r, out_dir / RESULTS_FILE, out_dir / METADATA_FILE, seconds)
-    write_jsonl_atomic(result.results_path, records)
+    results_path = out_dir / RESULTS_FILE if out_dir is not None else None
+    metadata_path = out_dir / METADATA_FILE if out_dir is not None else None
+    result = summarize(
+        records, rubric, label, r, results_path, metadata_path, seconds, [f.name for f in score_funcs]
+    )
+    if out_dir is None:
+        return result
+    write_jsonl_atomic(results_path, records)
     metadata = {
         "label": label,
         "step": step,
@@ -260,6 +384,7 @@ def evaluate(
         "sampling": header["sampling"],
         "num_examples": result.n,
         "rollouts_per_example": result.r,
+        "example_ids": result.example_ids,
         "seed": sampling.seed,
         "reward_mean": result.mean,
         "reward_std": result.std,
@@ -268,14 +393,13 @@ def evaluate(
         "per_function_std": result.per_function_std,
         "per_language": result.per_language,
         "pass_at_k": result.pass_at_k,
+        "scores": result.scores,
         "rewards": result.rewards,
         "time_s": seconds,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "results_file": RESULTS_FILE,
     }
-    write_json_atomic(result.metadata_path, metadata)
-    print(format_report(result, _printable_header(header), show_examples=ev.show_examples))
-    sys.stdout.flush()
+    write_json_atomic(metadata_path, metadata)
     return result
 
 
@@ -304,12 +428,14 @@ def summarize(
     rubric: Rubric,
     label: str,
     r: int,
-    results_path: Path,
-    metadata_path: Path,
+    results_path: Path | None,
+    metadata_path: Path | None,
     seconds: float,
+    score_names: Sequence[str] = (),
 ) -> EvalResult:
     """Statistics of scored rollouts (records in row-major order: example, then rollout index).
-    A function's mean / std are over its non-null scores, as TRL logs them (grpo/envs/rubric.py)."""
+    A function's mean / std are over its non-null scores, as TRL logs them (grpo/envs/rubric.py);
+    so are a score column's (`score_names`), overall and per language."""
     if not records or len(records) % r:
         raise ValueError(f"expected a multiple of r={r} scored rollouts, got {len(records)}")
     totals = [float(rec["reward"]) for rec in records]
@@ -334,6 +460,17 @@ def summarize(
             "examples": len(examples_by_language[code]),
         }
 
+    scores = {}
+    for name in score_names:
+        values = [float(rec[name]) for rec in records if rec.get(name) is not None]
+        by_code: dict[str, list[float]] = {}
+        for rec in records:
+            if rec.get(name) is not None:
+                by_code.setdefault(rec["language"], []).append(float(rec[name]))
+        m, s = mean_std(values)
+        per_code = {code: statistics.fmean(v) for code, v in by_code.items()}
+        scores[name] = {"mean": m, "std": s, "count": len(values), "per_language": per_code}
+
     rewards = [totals[i : i + r] for i in range(0, len(totals), r)]
     pass_k = None
     # pass@k only for pass/fail tasks: every function declared binary (a continuous reward that
@@ -357,11 +494,12 @@ def summarize(
         per_language=per_language,
         pass_at_k=pass_k,
         rewards=rewards,
-        results_path=Path(results_path),
-        metadata_path=Path(metadata_path),
+        results_path=Path(results_path) if results_path is not None else None,
+        metadata_path=Path(metadata_path) if metadata_path is not None else None,
         seconds=seconds,
         weights={f.name: f.weight for f in rubric.funcs},
         example_ids=[records[i]["example_id"] for i in range(0, len(records), r)],
+        scores=scores,
     )
 
 

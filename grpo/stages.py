@@ -1,13 +1,16 @@
-"""The stages of a run, in the order `settings.stages` lists them: reward_model, eval, train.
+"""The stages of a run, in the order `settings.stages` lists them: reward_model, sft, eval, train.
 
 An `eval` before any `train` stage is the baseline, one after it the final evaluation; a run
-without a train stage labels its evaluation `eval`. Everything a stage writes goes under the
-run's output dir (Hydra's job dir), and the tracker logs it. Stages receive checked settings
-(grpo.validation ran in the preflight) and hand their results on in a `RunResults`.
+without a train stage labels its evaluation `eval`. With trainer.keep_best, the final evaluation
+also evaluates the best checkpoint by validation reward (label `best`) when it is not the last.
+Everything a stage writes goes under the run's output dir (Hydra's job dir), and the tracker logs
+it. Stages receive checked settings (grpo.validation ran in the preflight) and hand their results
+on in a `RunResults`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +20,7 @@ from grpo.config import GrpoConfig
 if TYPE_CHECKING:
     from grpo.evaluate import EvalResult
     from grpo.reward_model.train import RMResult
+    from grpo.sft.train import SftResult
     from grpo.train import TrainResult
 
 
@@ -35,7 +39,9 @@ class RunResults:
     policy: Policy | None = None
     train: TrainResult | None = None
     reward_model: RMResult | None = None
-    # evaluation label (baseline, final, eval) -> its result
+    # the supervised warm start; its model is the policy of the later stages
+    sft: SftResult | None = None
+    # evaluation label (baseline, final, best, eval) -> its result
     evals: dict[str, EvalResult] = field(default_factory=dict)
     # the last evaluation's mean reward: what `python -m grpo` returns to a sweeper
     objective: float | None = None
@@ -86,18 +92,23 @@ def run_stages(settings: GrpoConfig, run_dir: Path | None = None) -> float | Non
                 _train_stage(settings, env, run_dir, tracker, results)
             elif stage == "reward_model":
                 _reward_model_stage(settings, run_dir, tracker, results)
+            elif stage == "sft":
+                _sft_stage(settings, env, run_dir, tracker, results)
         tracker.finish_run(results.objective)
     means = {label: result.mean for label, result in results.evals.items()}
     if "baseline" in means and "final" in means:
         change = means["final"] - means["baseline"]
-        print(f"reward: baseline {means['baseline']:.4f} -> final {means['final']:.4f} ({change:+.4f})")
+        line = f"reward: baseline {means['baseline']:.4f} -> final {means['final']:.4f} ({change:+.4f})"
+        if "best" in means:
+            line += f"; best checkpoint (step {results.train.best.global_step}) {means['best']:.4f}"
+        print(line)
     return results.objective
 
 
 def _eval_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
     from grpo.evaluate import evaluate
     from grpo.generation import make_backend
-    from grpo.rewards import extra_reward_funcs
+    from grpo.rewards import extra_reward_funcs, score_funcs
 
     if results.policy is None and settings.generation.backend == "hf":
         from grpo.models import load_policy
@@ -106,6 +117,7 @@ def _eval_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, res
     policy = results.policy or Policy(None, None)
     backend = make_backend(settings.generation, policy.model, policy.tokenizer, settings.model)
     label = eval_label(settings, results.train is not None)
+    scores = score_funcs(settings, results.reward_model_checkpoints(settings))
     result = evaluate(
         settings,
         env,
@@ -114,10 +126,53 @@ def _eval_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, res
         label=label,
         extra_reward_funcs=extra_reward_funcs(settings, env),
         step=results.step,
+        score_funcs=scores,
     )
     tracker.log_eval(label, result, step=results.step)
     results.evals[label] = result
     results.objective = result.mean
+    best = results.train.best if results.train is not None else None
+    if label == "final" and best is not None:
+        if best.global_step != results.step:
+            _eval_best(settings, env, run_dir, tracker, results, scores)
+        else:
+            print(
+                f"best checkpoint: the last one (step {best.global_step}, val reward {best.val_reward:.4f})"
+            )
+
+
+def _eval_best(
+    settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults, scores: list[Any]
+) -> None:
+    """Evaluate the best checkpoint (by validation reward), loaded from disk, as label `best`."""
+    from grpo.evaluate import evaluate
+    from grpo.generation import make_backend
+    from grpo.rewards import extra_reward_funcs
+    from grpo.train import checkpoint_policy
+
+    best = results.train.best
+    if settings.generation.backend != "hf":
+        print(
+            f"best checkpoint: step {best.global_step} (val reward {best.val_reward:.4f}), {best.path}; not "
+            f"evaluated here: generation={settings.generation.backend} serves the trained weights"
+        )
+        return
+    model, tokenizer = checkpoint_policy(results.train, best.path, settings.model)
+    backend = make_backend(settings.generation, model, tokenizer, settings.model)
+    # the evaluation's header and metadata name the checkpoint
+    at_best = dataclasses.replace(settings, model=dataclasses.replace(settings.model, path=str(best.path)))
+    result = evaluate(
+        at_best,
+        env,
+        backend,
+        run_dir / "eval_best",
+        label="best",
+        extra_reward_funcs=extra_reward_funcs(settings, env),
+        step=best.global_step,
+        score_funcs=scores,
+    )
+    tracker.log_eval("best", result, step=results.step)
+    results.evals["best"] = result
 
 
 def _train_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
@@ -132,6 +187,7 @@ def _train_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, re
         tokenizer=policy.tokenizer,
         callbacks=[tracker.trainer_callback()],
         reward_model_checkpoints=results.reward_model_checkpoints(settings),
+        log_metrics=tracker.log_metrics,
     )
     results.train = result
     results.policy = Policy(result.model, result.tokenizer)
@@ -141,3 +197,15 @@ def _reward_model_stage(settings: GrpoConfig, run_dir: Path, tracker: Any, resul
     from grpo.reward_model.train import train_reward_model
 
     results.reward_model = train_reward_model(settings, run_dir / "reward_model", tracker=tracker)
+
+
+def _sft_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
+    from grpo.sft import SFT_DIR
+    from grpo.sft.train import train_sft
+
+    policy = results.policy or Policy(None, None)
+    result = train_sft(
+        settings, env, run_dir / SFT_DIR, model=policy.model, tokenizer=policy.tokenizer, tracker=tracker
+    )
+    results.sft = result
+    results.policy = Policy(result.model, result.tokenizer)

@@ -19,6 +19,14 @@ How the pieces meet TRL (trl 1.16, read its grpo_trainer.py):
 - Reference model (beta > 0): under LoRA, TRL uses the adapter-disabled base (no second copy);
   without LoRA, TRL loads a copy from the policy's path, so random-weight policies are first saved
   to <run_dir>/initial_model.
+- Monitors: the rollout function also computes the batch's reward-hacking monitors
+  (grpo/train_monitors.py: tokens per turn, repetition, format failures, wrong language) and hands
+  them to TRL's metric log (the `log_metric` path reward functions use), so they are logged with
+  TRL's own metrics at the step, as monitor/<name> (train/monitor/<name> in MLflow).
+- Validation (trainer.eval_steps > 0): grpo/train_validation.py evaluates the current policy on
+  held-out rows every eval_steps steps and, with trainer.keep_best, keeps the best checkpoint.
+- Zero signal: when TRL logs frac_reward_zero_std = 1 (every group's completions got the same
+  reward, so every advantage is 0), a hint line is printed once (`zero_signal_hint`).
 - Checkpoints: every save_steps (and at the end) under <run_dir>/checkpoints, each marked complete
   once on disk (grpo/checkpoints.py). `resume=<run dir>` restarts from that run's latest complete
   checkpoint: weights, optimizer, scheduler, RNG states and global step, with the same data order
@@ -30,12 +38,15 @@ functions that need them.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
 import json
 import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +54,8 @@ from typing import Any
 from grpo.checkpoints import (
     CHECKPOINT_PREFIX,
     CHECKPOINTS_DIR,
+    BestCheckpoint,
+    best_checkpoint,
     checkpoints_of,
     is_complete_checkpoint,
     latest_checkpoint,
@@ -50,6 +63,7 @@ from grpo.checkpoints import (
     resume_drift,
 )
 from grpo.config import OPTIMIZERS, VLLM_MODES, GenerationConfig, GrpoConfig, ModelConfig
+from grpo.train_monitors import LanguageScore, batch_monitors, compact
 
 INITIAL_MODEL_DIR = "initial_model"
 
@@ -70,6 +84,10 @@ class TrainResult:
     seconds: float = 0.0
     # every log TRL emitted (one dict per logging step)
     log_history: list[dict[str, Any]] = field(default_factory=list)
+    # trainer.eval_steps: global step -> validation reward (this run's validations)
+    val_rewards: dict[int, float] = field(default_factory=dict)
+    # trainer.keep_best: the checkpoint with the best validation reward (None without one)
+    best: BestCheckpoint | None = None
 
 
 # ---- dataset and prompt -> row mapping ---------------------------------------------------------
@@ -130,7 +148,13 @@ class EnvRolloutFunc:
     """TRL `rollout_func`: the environment's episodes for a generation batch of prompts."""
 
     def __init__(
-        self, env: Any, index: PromptIndex, tokenizer: Any, gen_cfg: GenerationConfig, model_cfg: ModelConfig
+        self,
+        env: Any,
+        index: PromptIndex,
+        tokenizer: Any,
+        gen_cfg: GenerationConfig,
+        model_cfg: ModelConfig,
+        language_score: LanguageScore | None = None,
     ):
         self.env = env
         self.index = index
@@ -138,8 +162,12 @@ class EnvRolloutFunc:
         self.gen_cfg = gen_cfg
         self.model_cfg = model_cfg
         self.max_tokens_per_turn = gen_cfg.max_tokens_per_turn
-        # filled after each call, for tests and debugging: the rollouts of the last batch
+        # the wrong-language monitor's scorer (non-English runs), see grpo/train_monitors.py
+        self.language_score = language_score
+        # filled after each call, for tests and debugging: the rollouts of the last batch and
+        # their monitors
         self.last_rollouts: list[Any] = []
+        self.last_monitors: dict[str, float] = {}
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
@@ -153,23 +181,42 @@ class EnvRolloutFunc:
             seed=None,  # the global RNG, which transformers checkpoints and restores on resume
         )
         budget = int(trainer.max_completion_length)
-        if trainer.use_vllm:
-            rollouts = self._run(rows, group, self._vllm_backend(trainer), sampling, budget)
-        else:
-            from trl.models import unwrap_model_for_generation
-
-            with unwrap_model_for_generation(
-                trainer.model_wrapped,
-                trainer.accelerator,
-                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
-                gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
-            ) as policy:
-                from grpo.generation import make_backend
-
-                backend = make_backend(self.gen_cfg, policy, self.tokenizer, self.model_cfg)
-                rollouts = self._run(rows, group, backend, sampling, budget)
+        with self.policy_backend(trainer) as backend:
+            rollouts = self._run(rows, group, backend, sampling, budget)
         self.last_rollouts = rollouts
+        # a third-party env need not have has_answer (then: no format-failure monitor)
+        has_answer = getattr(self.env, "has_answer", None)
+        self.last_monitors = batch_monitors(rollouts, has_answer, self.language_score)
+        # TRL's metric log (what it hands reward functions as `log_metric`): averaged over the
+        # processes and logged with its own metrics at this step
+        log_metric = getattr(trainer, "_log_metric", None)
+        if log_metric is not None:
+            for name, value in self.last_monitors.items():
+                log_metric(name, value)
         return rollout_fields(rollouts)
+
+    @contextlib.contextmanager
+    def policy_backend(self, trainer: Any) -> Iterator[Any]:
+        """A generation backend over the trainer's current policy: the hf backend on the unwrapped
+        model, or TRL's vLLM engine with this step's weights (synced once per step, as TRL does
+        before it calls rollout_func). Training rollouts and validation both generate through it."""
+        if trainer.use_vllm:
+            if trainer.state.global_step != trainer._last_loaded_step:
+                trainer.vllm_generation.sync_weights()
+                trainer._last_loaded_step = trainer.state.global_step
+            yield self._vllm_backend(trainer)
+            return
+        from trl.models import unwrap_model_for_generation
+
+        from grpo.generation import make_backend
+
+        with unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as policy:
+            yield make_backend(self.gen_cfg, policy, self.tokenizer, self.model_cfg)
 
     def _rows(self, prompts: list[Any], group: int) -> list[Any]:
         """One row per group of `group` consecutive identical prompts (TRL's RepeatSampler order;
@@ -329,12 +376,14 @@ def _callbacks(printer_header: str) -> tuple[Any, Any]:
                 mark_checkpoint_complete(path, state.global_step)
 
     class ProgressPrinter(TrainerCallback):
-        """One line per logging step: step, reward, per-function rewards, KL, loss, speed, ETA."""
+        """One line per logging step: step, reward, per-function rewards, KL, loss, monitors,
+        speed, ETA; and the zero-signal hint, once."""
 
         def __init__(self) -> None:
             self.start = 0.0
             self.start_step = 0
             self.last: dict[str, float] = {}
+            self.hinted = False
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.start, self.start_step = time.perf_counter(), state.global_step
@@ -361,11 +410,28 @@ def _callbacks(printer_header: str) -> tuple[Any, Any]:
             for key, label in (("kl", "kl"), ("loss", "loss"), ("completions/mean_length", "len")):
                 if isinstance(logs.get(key), (int, float)):
                     parts.append(f"{label} {logs[key]:.4g}")
+            parts += compact(logs)
             if done:
                 parts.append(f"{per_step:.2f} s/step, eta {_clock(eta)}")
             print("[train] " + " | ".join(parts), flush=True)
+            zero_std = logs.get("frac_reward_zero_std")
+            if not self.hinted and isinstance(zero_std, (int, float)) and zero_std >= 1.0:
+                print(zero_signal_hint(state.global_step), flush=True)
+                self.hinted = True
 
     return CheckpointMarker(), ProgressPrinter()
+
+
+def zero_signal_hint(step: int) -> str:
+    """The one-line hint printed the first time every group of a step got one reward for all its
+    completions (TRL's frac_reward_zero_std = 1): the advantages are all 0, nothing is learned."""
+    return (
+        f"hint: every group of step {step} got the same reward for all its completions, so GRPO has no "
+        "signal (advantages are reward minus the group mean: all 0; typical of a random or untrained "
+        "model that never produces a scorable answer); warm the model up first with "
+        "stages=[sft,eval,train,eval] (supervised fine-tuning on the env's reference answers), or use "
+        "a stronger model / an easier env"
+    )
 
 
 def _clock(seconds: float) -> str:
@@ -420,6 +486,8 @@ class TrainerBundle:
     tokenizer: Any
     resume_from: Path | None
     output_dir: Path
+    # trainer.eval_steps > 0: the ValidationCallback (grpo/train_validation.py)
+    validation: Any = None
 
 
 def build_trainer(
@@ -431,8 +499,10 @@ def build_trainer(
     tokenizer: Any = None,
     callbacks: Sequence[Any] = (),
     reward_model_checkpoints: Sequence[str] | None = None,
+    log_metrics: Callable[[Mapping[str, float], int], None] | None = None,
 ) -> TrainerBundle:
-    """Load the policy if not given, and build TRL's GRPOTrainer for `env` from checked settings."""
+    """Load the policy if not given, and build TRL's GRPOTrainer for `env` from checked settings.
+    `log_metrics(metrics, step)`: where validation metrics go (the run's tracker)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     resume_from = latest_checkpoint(settings.resume) if settings.resume else None
@@ -448,8 +518,10 @@ def build_trainer(
 
     from grpo.models import load_policy, lora_config
     from grpo.rewards import all_reward_funcs, rubric_reward_funcs
+    from grpo.rewards.consistency import language_monitor
 
-    reward_funcs, weights = rubric_reward_funcs(all_reward_funcs(settings, env, reward_model_checkpoints))
+    funcs = all_reward_funcs(settings, env, reward_model_checkpoints)
+    reward_funcs, weights = rubric_reward_funcs(funcs)
     rows = env.rows("train")
     index = PromptIndex(rows)
     if index.ambiguous:
@@ -469,7 +541,25 @@ def build_trainer(
     from trl import GRPOTrainer
 
     marker, printer = _callbacks(_header(settings, env, resume_from))
-    rollout = EnvRolloutFunc(env, index, tokenizer, settings.generation, settings.model)
+    rollout = EnvRolloutFunc(
+        env, index, tokenizer, settings.generation, settings.model, language_monitor(settings, env)
+    )
+    validation = None
+    if settings.trainer.eval_steps:
+        from grpo.rewards import extra_reward_funcs
+        from grpo.train_validation import ValidationCallback
+
+        validation = ValidationCallback(
+            settings,
+            env,
+            run_dir,
+            rollout.policy_backend,
+            extra_reward_funcs=extra_reward_funcs(settings, env),
+            # a learned RM's score, as the evaluator reports it (already loaded for training)
+            score_funcs=[f for f in funcs if getattr(f.fn, "trl_batched", False)],
+            log_metrics=log_metrics,
+        )
+        callbacks = [*callbacks, validation]
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
@@ -481,7 +571,9 @@ def build_trainer(
         callbacks=[marker, printer, *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # ProgressPrinter prints a compact line instead
-    return TrainerBundle(trainer, rollout, printer, tokenizer, resume_from, output_dir)
+    if validation is not None:
+        validation.trainer = trainer
+    return TrainerBundle(trainer, rollout, printer, tokenizer, resume_from, output_dir, validation)
 
 
 def train(
@@ -493,14 +585,16 @@ def train(
     tokenizer: Any = None,
     callbacks: Sequence[Any] = (),
     reward_model_checkpoints: Sequence[str] | None = None,
+    log_metrics: Callable[[Mapping[str, float], int], None] | None = None,
 ) -> TrainResult:
     """Train the policy on `env` with GRPO; checkpoints go to <run_dir>/checkpoints.
 
     `model`/`tokenizer`: an already loaded policy (e.g. from the baseline evaluation), else it is
     loaded from settings.model. `callbacks`: extra transformers TrainerCallbacks (tracking adds
     one). `reward_model_checkpoints`: the RM dirs a learned reward scores with (None:
-    reward_model.checkpoints). With
-    settings.resume set, training continues from that run's latest complete checkpoint."""
+    reward_model.checkpoints). `log_metrics(metrics, step)`: where validation metrics go (the
+    run's tracker; trainer.eval_steps > 0). With settings.resume set, training continues from that
+    run's latest complete checkpoint."""
     bundle = build_trainer(
         settings,
         env,
@@ -509,6 +603,7 @@ def train(
         tokenizer=tokenizer,
         callbacks=callbacks,
         reward_model_checkpoints=reward_model_checkpoints,
+        log_metrics=log_metrics,
     )
     trainer = bundle.trainer
     start = time.perf_counter()
@@ -532,4 +627,28 @@ def train(
         run_dir=Path(run_dir),
         seconds=seconds,
         log_history=list(trainer.state.log_history),
+        val_rewards=dict(bundle.validation.rewards) if bundle.validation is not None else {},
+        best=best_checkpoint(bundle.output_dir) if settings.trainer.keep_best else None,
     )
+
+
+def checkpoint_policy(result: TrainResult, checkpoint: Path, model_cfg: ModelConfig) -> tuple[Any, Any]:
+    """(model, tokenizer) of a checkpoint of `result`'s run, loaded from disk next to the trained
+    policy (which stays as it is): a LoRA checkpoint (adapter weights only) goes into a copy of the
+    trained peft model (the base weights never train, so the copy's are the checkpoint's); a full
+    checkpoint loads as a pretrained dir with model.dtype, on the trained model's device. The
+    tokenizer is the trained policy's."""
+    model = result.model
+    device = next(model.parameters()).device
+    if hasattr(model, "peft_config"):
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        best = copy.deepcopy(model)
+        set_peft_model_state_dict(best, load_file(str(Path(checkpoint) / "adapter_model.safetensors")))
+        return best.eval(), result.tokenizer
+    from grpo.models import load_policy
+
+    cfg = dataclasses.replace(model_cfg, source="pretrained", path=str(checkpoint), tokenizer=None)
+    best, _ = load_policy(cfg, device=device)
+    return best, result.tokenizer

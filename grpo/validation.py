@@ -73,7 +73,11 @@ def check(s: GrpoConfig) -> None:
         _resume(s)
     if "eval" in s.stages:
         _eval(s.eval)
+    if s.trainer.eval_steps and "train" in s.stages and "eval" in s.stages:
+        _validation_rows(s)
     _reward_model(s)
+    if "sft" in s.stages:
+        _sft(s)
     _tracking(s.tracking)
 
 
@@ -94,6 +98,11 @@ def _stages(stages: list[str]) -> None:
         _fail(
             f"stages={list(stages)}: each stage must be one of {', '.join(STAGES)} (in the order to run them), "
             "e.g. stages=[eval,train,eval]"
+        )
+    if "sft" in stages and "train" in stages and stages.index("sft") > stages.index("train"):
+        _fail(
+            f"stages={list(stages)}: sft must come before train (it is the warm start GRPO continues from), "
+            "e.g. stages=[sft,eval,train,eval]"
         )
 
 
@@ -136,6 +145,17 @@ def _trainer(t: TrainerConfig) -> None:
         _fail(f"trainer.top_p={t.top_p} must be in (0, 1]")
     if t.max_completion_length < 1:
         _fail(f"trainer.max_completion_length={t.max_completion_length} must be >= 1")
+    if t.eval_steps < 0:
+        _fail(f"trainer.eval_steps={t.eval_steps} must be >= 0 (0 = no validation during training)")
+    if t.eval_steps:
+        for key in ("val_num_examples", "val_rollouts_per_example"):
+            if getattr(t, key) < 1:
+                _fail(f"trainer.{key}={getattr(t, key)} must be >= 1 with trainer.eval_steps > 0")
+    if t.keep_best and not t.eval_steps:
+        _fail(
+            "trainer.keep_best=true needs validation to rank checkpoints: set trainer.eval_steps=N "
+            "(optimizer steps between validations)"
+        )
     if t.extra.get("sync_ref_model") and t.beta == 0:
         _fail(
             "trainer.extra.sync_ref_model=true has no reference model to sync with trainer.beta=0: set "
@@ -309,6 +329,23 @@ def _eval(e: EvalConfig) -> None:
         _fail(f"eval.top_p must be in (0, 1], got {e.top_p}")
 
 
+def _validation_rows(s: GrpoConfig) -> None:
+    """Validation during training takes the LAST trainer.val_num_examples rows of the eval split,
+    the evaluation its FIRST eval.num_examples: with the split's size in the env config, they must
+    not overlap."""
+    size = (s.env or {}).get("num_eval_examples") if isinstance(s.env, dict) else None
+    if isinstance(size, bool) or not isinstance(size, int):
+        return  # an env that takes no such argument, or a bad value the env itself reports
+    t, e = s.trainer, s.eval
+    if t.val_num_examples + e.num_examples > size:
+        _fail(
+            f"trainer.val_num_examples={t.val_num_examples} + eval.num_examples={e.num_examples} exceed "
+            f"env.num_eval_examples={size}: validation takes the last rows of the eval split and evaluation "
+            f"the first ones, so they would overlap; set env.num_eval_examples="
+            f"{t.val_num_examples + e.num_examples} or more, or lower one of them"
+        )
+
+
 def _reward_model(s: GrpoConfig) -> None:
     rm = s.reward_model
     if rm.kind not in REWARD_MODEL_KINDS:
@@ -385,6 +422,43 @@ def _reward_model_training(rm: RewardModelConfig) -> None:
             _fail(f"reward_model.training.{key}={getattr(tr, key)} must be >= 1")
     if tr.warmup < 0:
         _fail(f"reward_model.training.warmup={tr.warmup} must be >= 0")
+
+
+def _sft(s: GrpoConfig) -> None:
+    f = s.sft
+    if f.data_path is not None and not Path(f.data_path).expanduser().exists():
+        _fail(f"sft.data_path={f.data_path}: no such file or directory")
+    if f.data_path is None and f.num_examples < 1:
+        _fail(f"sft.num_examples={f.num_examples} must be >= 1 (demonstrations from the env's train rows)")
+    if f.lr <= 0:
+        _fail(f"sft.lr={f.lr} must be > 0")
+    if f.max_steps < 1 and f.epochs <= 0:
+        _fail(f"sft.epochs={f.epochs} must be > 0 (or set sft.max_steps)")
+    for key in ("batch_size", "gradient_accumulation_steps", "logging_steps"):
+        if getattr(f, key) < 1:
+            _fail(f"sft.{key}={getattr(f, key)} must be >= 1")
+    if f.max_length < 16:
+        _fail(f"sft.max_length={f.max_length} must be >= 16 tokens")
+    if f.warmup < 0 or f.weight_decay < 0 or f.max_grad_norm < 0:
+        _fail("sft.warmup, sft.weight_decay and sft.max_grad_norm must be >= 0")
+    if f.lr_scheduler not in LR_SCHEDULERS:
+        _fail(f"sft.lr_scheduler='{f.lr_scheduler}' is not one of {', '.join(LR_SCHEDULERS)}")
+    if s.generation.backend == "openai":
+        _fail(
+            "stages with sft and generation=openai: the endpoint serves its own model, not the SFT "
+            "checkpoint; evaluate the checkpoint with generation=hf (model.path=<run_dir>/sft)"
+        )
+    lora = s.model.lora
+    if f.lora and (lora.r < 1 or lora.alpha <= 0 or not 0 <= lora.dropout < 1 or not lora.target_modules):
+        _fail(
+            f"sft.lora=true trains an adapter shaped by model.lora: model.lora.r={lora.r} and alpha={lora.alpha} "
+            f"must be positive, dropout={lora.dropout} in [0, 1), target_modules non-empty"
+        )
+    if s.resume:
+        _fail(
+            f"resume={s.resume} with sft in stages: the resumed run continues from its checkpoint, its SFT is done; "
+            "drop sft from stages and load that SFT model (model.source=pretrained model.path=<that run>/sft)"
+        )
 
 
 def _tracking(t: TrackingConfig) -> None:

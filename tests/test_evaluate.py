@@ -333,15 +333,20 @@ class TwoLanguageArithmetic(ArithmeticEnv):
         return row
 
 
-def test_per_language_table(tmp_path: Path, capsys) -> None:
+def two_language_eval() -> tuple[Any, Any, ScriptedBackend]:
+    """4 examples x 2 rollouts of TwoLanguageArithmetic: en rows (0, 2) get 1 of 4 right, sv rows
+    (1, 3) 3 of 4."""
     cfg = load_settings(["+env=arithmetic", "eval.num_examples=4", "eval.rollouts_per_example=2"])
     # language=mix: the env holds the en and sv prompts its rows' references are written in
     env = packaged_env(
         "arithmetic", "mix", _target_="test_evaluate.TwoLanguageArithmetic", num_eval_examples=10
     )
-    # en rows (0, 2): 1 of 4 right; sv rows (1, 3): 3 of 4 right
     plan = [[True, False], [True, True], [False, False], [True, False]]
-    backend = ScriptedBackend(env, env.rows("eval", 4), plan, lambda _: "\\boxed{}")
+    return cfg, env, ScriptedBackend(env, env.rows("eval", 4), plan, lambda _: "\\boxed{}")
+
+
+def test_per_language_table(tmp_path: Path, capsys) -> None:
+    cfg, env, backend = two_language_eval()
     result = evaluate(cfg, env, backend, tmp_path)
     out = capsys.readouterr().out
 
@@ -372,3 +377,88 @@ def test_extra_reward_name_clash_is_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="reward"):
         evaluate(cfg, env, backend, tmp_path, extra_reward_funcs=[("reward", ascii_share, 1.0)])
     assert not (tmp_path / RESULTS_FILE).exists()
+
+
+def test_score_columns_are_reported_unclipped_and_not_in_the_reward(tmp_path: Path, capsys) -> None:
+    cfg, env, backend = two_language_eval()
+    calls = []
+
+    def rm_score(prompts, completions, **fields):
+        """Batched, in TRL's reward signature: a right answer scores 2.5, a wrong one -1.5, with
+        one example out of the model's reach (None) and one broken score (NaN)."""
+        calls.append(fields)
+        out = []
+        for completion, info in zip(completions, fields["row_info"], strict=True):
+            right = "\\boxed{" + info["answer"] + "}" in completion[-1]["content"]
+            out.append(2.5 if right else -1.5)
+        out[2], out[3] = None, math.nan  # example 1 (sv): no score
+        return out
+
+    result = evaluate(cfg, env, backend, tmp_path, score_funcs=[RewardFunc("reward_model", rm_score)])
+    out = capsys.readouterr().out
+
+    assert len(calls) == 1 and set(calls[0]) >= {
+        "rollout_completion",
+        "rollout_state",
+        "row_info",
+        "language",
+    }
+    records = read_results(tmp_path / RESULTS_FILE)
+    assert [r["reward_model"] for r in records] == [2.5, -1.5, None, None, -1.5, -1.5, 2.5, -1.5]
+    # the reward is the rubric's alone
+    assert [r["reward"] for r in records] == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    assert result.mean == 0.5 and "reward_model" not in result.per_function
+    scores = result.scores["reward_model"]
+    assert scores["mean"] == pytest.approx(statistics.fmean([2.5, -1.5, -1.5, -1.5, 2.5, -1.5]))
+    assert scores["count"] == 6
+    assert scores["per_language"] == {"en": pytest.approx(-0.5), "sv": pytest.approx(0.5)}
+    metrics = result.to_metrics("eval/final/")
+    assert metrics["eval/final/score/reward_model/lang/en"] == pytest.approx(-0.5)
+    assert metrics["eval/final/score/reward_model/mean"] == pytest.approx(scores["mean"])
+    assert metrics["eval/final/mean"] == 0.5
+    meta = json.loads((tmp_path / METADATA_FILE).read_text(encoding="utf-8"))
+    assert meta["scores"]["reward_model"]["per_language"]["sv"] == pytest.approx(0.5)
+    assert "(a score, not in the reward: unclipped)" in out
+    table = out[out.index("per language") :].splitlines()
+    assert table[1].split()[-1] == "reward_model" and table[2].split()[-1] == "-0.5000"
+
+    with pytest.raises(UserError, match="exact_match"):
+        evaluate(cfg, env, backend, tmp_path, score_funcs=[RewardFunc("exact_match", rm_score)])
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_learned_reward_model_gets_its_score_column(tmp_path: Path) -> None:
+    """stages=[reward_model,eval] with reward_model=learned: the evaluation reports the RM's
+    normalised score of every rollout, as the RM scores it, next to the rubric's reward."""
+    from grpo.reward_model import META_FILE
+    from grpo.rewards.learned import RewardModelScorer
+    from grpo.stages import run_stages
+
+    cfg = load_settings(
+        [
+            "+env=alphabet_sort",
+            *TINY,
+            "stages=[reward_model,eval]",
+            "reward_model=learned",
+            "env.max_turns=1",
+            "reward_model.data.synthetic.n=24",
+            "reward_model.training.max_steps=4",
+            "eval.num_examples=2",
+            "eval.rollouts_per_example=2",
+            f"output_root={tmp_path}",
+        ]
+    )
+    run_dir = tmp_path / "run"
+    run_stages(cfg, run_dir=run_dir)
+    assert (run_dir / "reward_model" / META_FILE).is_file()
+    records = read_results(run_dir / "eval_eval" / RESULTS_FILE)
+    scorer = RewardModelScorer(str(run_dir / "reward_model"))
+    expected = scorer.normalized(
+        [r["prompt"] for r in records], [r["completion"] for r in records], [r["language"] for r in records]
+    )
+    assert [r["reward_model"] for r in records] == pytest.approx(expected)
+    assert any(not 0.0 <= v <= 1.0 for v in expected)  # unclipped
+    meta = json.loads((run_dir / "eval_eval" / METADATA_FILE).read_text(encoding="utf-8"))
+    assert meta["scores"]["reward_model"]["per_language"]["en"] == pytest.approx(statistics.fmean(expected))
+    assert "reward_model" not in meta["per_function"]

@@ -75,16 +75,22 @@ def turn_tag(turn: int) -> str:
     return FIRST_TAG if turn == 1 else COMBINED_TAG
 
 
-def turn_score(text: Any, tag: str, expected: str, power: float) -> float:
-    """Score of one assistant message: the last <tag> block's stripped, lower-cased, non-empty
-    lines against `expected` (the expected lines prepared the same way, see `expected_text`)."""
+def answer_lines(text: Any, tag: str) -> list[str]:
+    """The answer of one assistant message: the last <tag> block's stripped, lower-cased,
+    non-empty lines (none without a block)."""
     if not isinstance(text, str):
-        return 0.0
+        return []
     spans = tag_spans(text, tag)
     if not spans:
-        return 0.0
+        return []
     start, end = spans[-1]
-    lines = [stripped.lower() for line in text[start:end].split("\n") if (stripped := line.strip())]
+    return [stripped.lower() for line in text[start:end].split("\n") if (stripped := line.strip())]
+
+
+def turn_score(text: Any, tag: str, expected: str, power: float) -> float:
+    """Score of one assistant message: its `answer_lines` against `expected` (the expected lines
+    prepared the same way, see `expected_text`)."""
+    lines = answer_lines(text, tag)
     if not lines:
         return 0.0
     return similarity_ratio("\n".join(lines), expected) ** power
@@ -280,6 +286,14 @@ class AlphabetSortEnv(Environment):
         return completion
 
     # ---- scoring -----------------------------------------------------------------------------
+    def has_answer(self, row: Row, completion: Messages) -> bool:
+        """Every turn of the row answered with a non-empty block of its turn's tag."""
+        answers = assistant_turns(completion)
+        turns = self.num_turns(row)
+        return len(answers) >= turns and all(
+            answer_lines(answers[turn - 1], turn_tag(turn)) for turn in range(1, turns + 1)
+        )
+
     def turn_scores(self, completion: Messages, info: dict[str, Any]) -> list[float]:
         """Per-turn scores (for logging); the reward is their mean."""
         return turn_scores(completion, info, self.similarity_power)

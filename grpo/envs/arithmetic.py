@@ -214,9 +214,15 @@ class ArithmeticEnv(Environment):
         text = self.prompt(row.language, "reference", expression=info["expression"], answer=info["answer"])
         return [{"role": "assistant", "content": text}]
 
-    def _exact_match(self, completion: Any = None, info: dict[str, Any] | None = None, **_: Any) -> float:
+    def has_answer(self, row: Row, completion: Messages) -> bool:
+        """The last assistant turn's last \\boxed{} holds a number (what exact_match compares)."""
+        return self._answer(completion) is not None
+
+    @staticmethod
+    def _answer(completion: Any) -> Fraction | None:
         turns = assistant_turns(completion)
-        if not turns:
-            return 0.0
-        predicted = parse_number(last_boxed(turns[-1]))
+        return parse_number(last_boxed(turns[-1])) if turns else None
+
+    def _exact_match(self, completion: Any = None, info: dict[str, Any] | None = None, **_: Any) -> float:
+        predicted = self._answer(completion)
         return 1.0 if predicted is not None and predicted == Fraction((info or {})["answer"]) else 0.0

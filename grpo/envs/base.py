@@ -217,3 +217,9 @@ class Environment:
         self, row: Row, completion: Messages, state: dict[str, Any] | None = None
     ) -> dict[str, float | None]:
         return self.rubric.score(prompt=row.prompt, completion=completion, info=row.info, state=state or {})
+
+    def has_answer(self, row: Row, completion: Messages) -> bool | None:
+        """Whether the completion holds an answer the rubric's parser can read (False: a format
+        failure, which training monitors as monitor/format_failure). None: this environment does
+        not say, and the monitor is left out. Never raises on any model output."""
+        return None

@@ -142,6 +142,10 @@ class ReverseTextEnv(Environment):
         return [{"role": "assistant", "content": f"<answer>{row.info['answer']}</answer>"}]
 
     # ---- rewards -----------------------------------------------------------------------------
+    def has_answer(self, row: Row, completion: Messages) -> bool:
+        """The last assistant turn has a complete <answer> block (what the similarity reads)."""
+        return self.parser.parse_answer(self._final_answer(completion)) is not None
+
     @staticmethod
     def _final_answer(completion: Any) -> str:
         turns = assistant_turns(completion)

@@ -21,14 +21,31 @@ __all__ = [
     "consistency_reward_funcs",
     "extra_reward_funcs",
     "rubric_reward_funcs",
+    "score_funcs",
 ]
 
 
 def extra_reward_funcs(settings: Any, env: Any) -> list[RewardFunc]:
     """The rewards a run adds to the environment's rubric: language consistency
     (`language.consistency_weight` > 0, grpo/rewards/consistency.py). Learned reward models are
-    training rewards only (`all_reward_funcs`): evaluation reports the environment's own rewards."""
+    training rewards only (`all_reward_funcs`): evaluation's reward is the environment's own, and
+    it reports an RM's score as a column apart (`score_funcs`)."""
     return consistency_reward_funcs(settings, env)
+
+
+def score_funcs(settings: Any, reward_model_checkpoints: Sequence[str] | None = None) -> list[RewardFunc]:
+    """The evaluator's score columns (grpo.evaluate, `score_funcs`): with a learned reward model
+    (reward_model.kind other than rubric), its normalised score per rollout (ensembles: each member
+    and the combination), unclipped and not counted in the evaluation reward, so that the RM and the
+    rubric can be compared per language. None with kind=rubric, or while no RM checkpoint exists
+    yet (`reward_model_checkpoints`, None: reward_model.checkpoints)."""
+    rm = settings.reward_model
+    paths = rm.checkpoints if reward_model_checkpoints is None else reward_model_checkpoints
+    if rm.kind == "rubric" or not paths:
+        return []
+    from grpo.rewards.learned import learned_reward_funcs
+
+    return learned_reward_funcs(settings, checkpoints=paths)
 
 
 def all_reward_funcs(

@@ -8,17 +8,20 @@ Left out of the count: the row's names (the strings under info's "names", "turn_
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from grpo.envs.parsers import assistant_turns
 from grpo.envs.rubric import RewardFunc
-from grpo.languages.consistency import language_consistency
+from grpo.languages.consistency import language_consistency, strip_uncounted
+from grpo.languages.script import OTHER, SCRIPTS, words_re
 from grpo.languages.spec import MIX, LanguageSpec, get_spec, spec_from_config
 
 REWARD_NAME = "language_consistency"
 # info keys whose (possibly nested) string lists are ignored: the row's names
 INFO_IGNORE_KEYS = ("names", "turn_names", "ignore")
+# a word of any script: what the score counts
+_ANY_WORD = words_re((*SCRIPTS, OTHER))
 
 
 def consistency_reward_funcs(cfg: Any, env: Any) -> list[RewardFunc]:
@@ -32,6 +35,16 @@ def consistency_reward_funcs(cfg: Any, env: Any) -> list[RewardFunc]:
     return [make_consistency_reward(spec, ignore=env.format_tokens, tags=env.answer_tags)]
 
 
+def language_monitor(cfg: Any, env: Any) -> Callable[..., float | None] | None:
+    """The scorer of the wrong-language monitor (grpo/train_monitors.py) for a non-English run
+    (`make_consistency_scorer` in the run's language, leaving out what the reward leaves out);
+    None for an English run."""
+    spec = spec_from_config(cfg.language)
+    if spec.code == "en":
+        return None
+    return make_consistency_scorer(spec, ignore=env.format_tokens, tags=env.answer_tags)
+
+
 def make_consistency_reward(
     spec: LanguageSpec, weight: float | None = None, ignore: Iterable[str] = (), tags: Iterable[str] = ()
 ) -> RewardFunc:
@@ -43,24 +56,68 @@ def make_consistency_reward(
     fixed = tuple(ignore)
     tag_names = tuple(tags)
     weight = spec.consistency_weight if weight is None else float(weight)
-    members = [get_spec(code) for code in spec.mix] if spec.is_mix else [spec]
-    if weight > 0 and any(s.needs_language_id for s in members):
-        from grpo.languages.identify import predictor
-
-        predictor()  # load now: a broken install fails at start-up, not as silent zeros
+    if weight > 0:
+        _load_identifier(spec)
 
     def language_consistency_reward(
         completion: Any = None, info: dict[str, Any] | None = None, language: Any = None, **_: Any
     ) -> float:
-        info = info if isinstance(info, dict) else {}
-        row_spec = _row_spec(spec, language if language is not None else info.get("language"))
-        if row_spec is None:
+        judged = _judged(spec, completion, info, language, fixed)
+        if judged is None:
             return 0.0
-        text = completion if isinstance(completion, str) else "\n".join(assistant_turns(completion))
-        names = [s for key in INFO_IGNORE_KEYS for s in _strings(info.get(key))]
-        return language_consistency(text, row_spec, fixed + tuple(names), tag_names)
+        row_spec, text, ignored = judged
+        return language_consistency(text, row_spec, ignored, tag_names)
 
     return RewardFunc(REWARD_NAME, language_consistency_reward, weight)
+
+
+def make_consistency_scorer(
+    spec: LanguageSpec, ignore: Iterable[str] = (), tags: Iterable[str] = ()
+) -> Callable[..., float | None]:
+    """fn(completion=, info=, language=) -> the reward's score of the assistant turns, or None when
+    there is nothing to judge: no countable word once the names, `ignore` strings and `tags` blocks
+    are left out (an alphabet-sort answer is all names), or no known row language. For monitoring
+    (grpo/train_monitors.py), where "no words" must not read as "wrong language"."""
+    fixed = tuple(ignore)
+    tag_names = tuple(tags)
+    _load_identifier(spec)
+
+    def score(
+        completion: Any = None, info: dict[str, Any] | None = None, language: Any = None, **_: Any
+    ) -> float | None:
+        judged = _judged(spec, completion, info, language, fixed)
+        if judged is None:
+            return None
+        row_spec, text, ignored = judged
+        if not isinstance(text, str) or not _ANY_WORD.search(strip_uncounted(text, ignored, tag_names)):
+            return None
+        return language_consistency(text, row_spec, ignored, tag_names)
+
+    return score
+
+
+def _load_identifier(spec: LanguageSpec) -> None:
+    """Load the language identifier now when a language of `spec` needs it: a broken install
+    fails at start-up, not as silent zeros."""
+    members = [get_spec(code) for code in spec.mix] if spec.is_mix else [spec]
+    if any(s.needs_language_id for s in members):
+        from grpo.languages.identify import predictor
+
+        predictor()
+
+
+def _judged(
+    spec: LanguageSpec, completion: Any, info: Any, language: Any, fixed: tuple[str, ...]
+) -> tuple[LanguageSpec, Any, tuple[str, ...]] | None:
+    """(the row's language, the assistant text, the strings left out) of one rollout, or None
+    when the row's language is unknown."""
+    info = info if isinstance(info, dict) else {}
+    row_spec = _row_spec(spec, language if language is not None else info.get("language"))
+    if row_spec is None:
+        return None
+    text = completion if isinstance(completion, str) else "\n".join(assistant_turns(completion))
+    names = [s for key in INFO_IGNORE_KEYS for s in _strings(info.get(key))]
+    return row_spec, text, fixed + tuple(names)
 
 
 def _strings(value: Any) -> list[str]:

@@ -53,7 +53,7 @@ _EVAL_TOTAL = re.compile(r"^eval/(?P<label>[^/]+)/mean$")
 # the weighted total reward's bar in plots/eval_by_function.png
 TOTAL_BAR = "(total)"
 # plot order of evaluation labels (others follow alphabetically)
-_LABEL_ORDER = ("baseline", "eval", "final")
+_LABEL_ORDER = ("baseline", "eval", "final", "best")
 
 
 class MlflowTracker:
@@ -338,7 +338,7 @@ def _user() -> str:
 
 def eval_scores(metrics: Mapping[str, float]) -> dict[str, dict[str, float]]:
     """{label: {reward function: mean, "(total)": weighted total mean}} from a run's
-    eval/<label>/func/<fn> and eval/<label>/mean metrics, labels in baseline, eval, final order."""
+    eval/<label>/func/<fn> and eval/<label>/mean metrics, labels in baseline, eval, final, best order."""
     scores: dict[str, dict[str, float]] = {}
     for key, value in metrics.items():
         m = _EVAL_FUNC.match(key)

@@ -1,0 +1,352 @@
+"""The `sft` stage: TRL's SFTTrainer on demonstrations, the loss on the assistant's tokens only.
+
+    demonstrations (grpo/sft/data.py: every data error surfaces here, before any model loads)
+      -> the policy (the run's, or loaded from settings.model)
+      -> each demonstration replayed through the rollout engine (grpo/sft/replay.py): input ids
+         in GRPO's exact token layout + the assistant mask
+      -> SFTTrainer: every weight, or (sft.lora=true) a LoRA adapter shaped by model.lora
+      -> the adapter merged into the weights -> saved to <run_dir>/sft
+
+How it meets TRL (trl 1.16 sft_trainer.py): the dataset is pre-tokenised (`input_ids`) with an
+`assistant_masks` column; SFTTrainer's dataset preparation sets the label of every token whose
+mask bit is 0 to -100 (that column applies whatever assistant_only_loss says), so the loss and
+`mean_token_accuracy` count the model's own tokens only. Sequences are cut to sft.max_length
+before TRL sees them.
+
+Saving: the model, the tokenizer (chat template included) and sft_meta.json, written last, go to
+<run_dir>/sft.partial; every file is fsynced and the dir is renamed to <run_dir>/sft. A dir named
+sft is always complete; an error or Ctrl-C before the rename removes the partial dir. The trained
+model's config then names <run_dir>/sft, so GRPO's reference model (beta > 0 without LoRA) and a
+colocated vLLM engine load the SFT weights, and a later run loads them with
+`model.source=pretrained model.path=<run_dir>/sft`.
+
+Tracker: every TRL training metric as sft/<name> (sft/loss, sft/mean_token_accuracy, sft/entropy,
+sft/grad_norm, sft/learning_rate, ...) at every logging step, step = the SFT step; the summary
+as sft/summary/<name>; sft_meta.json as an artifact. One compact line printed per logging step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo.config import GrpoConfig
+from grpo.envs.base import Environment
+from grpo.errors import UserError
+from grpo.files import fsync_dir, write_json_atomic
+from grpo.sft import META_FILE, METRIC_PREFIX
+from grpo.sft.data import Demonstration, load_demonstrations
+from grpo.sft.replay import Example, build_examples
+
+# SFTConfig fields the stage decides (sft.extra may not override them)
+_FIXED_ARGS = (
+    "output_dir",
+    "report_to",
+    "save_strategy",
+    "eval_strategy",
+    "max_length",
+    "assistant_only_loss",
+    "completion_only_loss",
+)
+PARTIAL_SUFFIX = ".partial"
+
+
+@dataclass
+class SftResult:
+    """What the sft stage leaves behind."""
+
+    # the saved model dir (<run_dir>/sft)
+    path: Path
+    # the trained policy (LoRA merged: a plain model) and its tokenizer, for the later stages
+    model: Any
+    tokenizer: Any
+    global_step: int
+    # the last logged value of every TRL metric: loss, mean_token_accuracy, ..., train_loss
+    metrics: dict[str, float]
+    num_examples: int
+    seconds: float
+    log_history: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+
+def sft_config(settings: GrpoConfig, output_dir: Path) -> Any:
+    """trl.SFTConfig of the stage; TRL's own rejections become one-line UserErrors."""
+    from trl import SFTConfig
+
+    from grpo.trl_config import build_trl_config
+
+    f = settings.sft
+    kwargs: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "per_device_train_batch_size": f.batch_size,
+        "gradient_accumulation_steps": f.gradient_accumulation_steps,
+        "learning_rate": f.lr,
+        "num_train_epochs": f.epochs,
+        "max_steps": f.max_steps,
+        "weight_decay": f.weight_decay,
+        "warmup_steps": f.warmup,
+        "lr_scheduler_type": f.lr_scheduler,
+        "max_grad_norm": f.max_grad_norm,
+        "logging_steps": f.logging_steps,
+        "bf16": f.bf16,  # TRL's default is bf16 unless fp16: the setting decides
+        "seed": f.seed,
+        "report_to": "none",  # the tracker gets metrics through our callback
+        "save_strategy": "no",  # the stage saves the final model itself
+        "eval_strategy": "no",
+        # the examples are cut to sft.max_length already; packing (sft.extra) needs the number
+        "max_length": f.max_length,
+        # the loss mask is the dataset's assistant_masks column (GRPO's layout), not a template's
+        "assistant_only_loss": False,
+        "completion_only_loss": False,
+        # TRL turns gradient checkpointing on by default (transformers 5 name: activation_checkpointing)
+        "activation_checkpointing": False,
+        "disable_tqdm": True,  # one compact line per log instead
+        "dataloader_num_workers": 0,
+        "dataloader_pin_memory": _has_cuda(),
+    }
+    fixed = sorted(k for k in f.extra if k in _FIXED_ARGS)
+    if fixed:
+        raise UserError(f"sft.extra: {', '.join(fixed)} is set by the stage; remove it")
+    kwargs.update(f.extra)
+    return build_trl_config(SFTConfig, kwargs, "sft", "sft.extra")
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def sft_dataset(examples: Sequence[Example]) -> Any:
+    """The pre-tokenised dataset SFTTrainer takes: input_ids and the assistant mask."""
+    from datasets import Dataset
+
+    return Dataset.from_dict(
+        {
+            "input_ids": [e.input_ids for e in examples],
+            "assistant_masks": [e.assistant_mask for e in examples],
+        }
+    )
+
+
+def _callbacks(tracker: Any) -> list[Any]:
+    from transformers import TrainerCallback
+
+    from grpo.tracking.trainer_callback import TRAIN_PREFIX, MlflowStepCallback
+
+    class SftProgress(TrainerCallback):
+        """One line per logging step: step, loss, token accuracy, speed."""
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.start = time.perf_counter()
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if not logs or "loss" not in logs or not state.is_world_process_zero:
+                return
+            parts = [f"step {state.global_step}/{state.max_steps}", f"loss {logs['loss']:.4f}"]
+            if isinstance(logs.get("mean_token_accuracy"), (int, float)):
+                parts.append(f"token accuracy {logs['mean_token_accuracy']:.3f}")
+            if state.global_step:
+                parts.append(f"{(time.perf_counter() - self.start) / state.global_step:.2f} s/step")
+            print("[sft] " + " | ".join(parts), flush=True)
+
+    callbacks: list[Any] = [SftProgress()]
+    if tracker is not None:
+
+        def log_metrics(metrics: Any, step: int) -> None:
+            # train/<name> as the GRPO callback names them -> sft/<name>
+            tracker.log_metrics({METRIC_PREFIX + k[len(TRAIN_PREFIX) :]: v for k, v in metrics.items()}, step)
+
+        callbacks.append(MlflowStepCallback(log_metrics))
+    return callbacks
+
+
+def build_sft_trainer(
+    settings: GrpoConfig,
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[Example],
+    output_dir: Path,
+    tracker: Any = None,
+) -> Any:
+    """TRL's SFTTrainer on `examples` (its train_dataset holds the labels it trains on)."""
+    from transformers.trainer_callback import PrinterCallback
+    from trl import SFTTrainer
+
+    peft_config = None
+    if settings.sft.lora:
+        from grpo.models import lora_config
+
+        peft_config = lora_config(dataclasses.replace(settings.model.lora, enabled=True))
+    trainer = SFTTrainer(
+        model=model,
+        args=sft_config(settings, output_dir),
+        train_dataset=sft_dataset(examples),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=_callbacks(tracker),
+    )
+    trainer.remove_callback(PrinterCallback)  # SftProgress prints a compact line instead
+    return trainer
+
+
+def prepare_examples(
+    settings: GrpoConfig, env: Environment, demos: Sequence[Demonstration], model: Any, tokenizer: Any
+) -> list[Example]:
+    """The demonstrations replayed with the policy's tokenizer and stop tokens (grpo/sft/replay.py)."""
+    from grpo.generation.hf import HFBackend
+
+    # the hf backend renders, encodes and stops exactly as GRPO's rollouts do; it generates nothing here
+    tokens = HFBackend(model, tokenizer, chat_template_kwargs=settings.model.chat_template_kwargs)
+    return build_examples(demos, env, tokens, settings.sft.max_length)
+
+
+def train_sft(
+    settings: GrpoConfig,
+    env: Environment,
+    out_dir: str | os.PathLike[str],
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    tracker: Any = None,
+) -> SftResult:
+    """Fine-tune the policy on the stage's demonstrations and save it to `out_dir` (see the module
+    docstring). `model` / `tokenizer`: the run's policy if already loaded, else settings.model's."""
+    start = time.perf_counter()
+    demos = load_demonstrations(settings, env)  # every data error surfaces here, before any model
+    if model is None or tokenizer is None:
+        from grpo.models import load_policy
+
+        model, tokenizer = load_policy(settings.model)
+    examples = prepare_examples(settings, env, demos, model, tokenizer)
+    out = Path(out_dir).resolve()
+    partial = out.with_name(out.name + PARTIAL_SUFFIX)
+    print(f"[sft] {_header(settings, env, examples)}", flush=True)
+    try:
+        with _quiet_progress_bars():
+            trainer = build_sft_trainer(settings, model, tokenizer, examples, partial / "trainer", tracker)
+            trainer.train()
+        model = trainer.model
+        if settings.sft.lora:
+            model = model.merge_and_unload()  # a plain model: what model.path loads and GRPO wraps
+        model.eval()
+        step = int(trainer.state.global_step)
+        history = list(trainer.state.log_history)
+        metrics = _last_metrics(history)
+        seconds = time.perf_counter() - start
+        meta = {
+            "global_step": step,
+            "num_examples": len(examples),
+            "data": settings.sft.data_path
+            or f"env {env.name}: its first {settings.sft.num_examples} train rows",
+            "base_model": settings.model.path or settings.model.name,
+            "lora": settings.sft.lora,
+            "max_length": settings.sft.max_length,
+            "metrics": metrics,
+            "seconds": seconds,
+        }
+        main = trainer.is_world_process_zero()
+        if main:  # one writer; the other ranks hold the same weights in memory
+            with _quiet_progress_bars():
+                save_sft_model(model, tokenizer, meta, out)
+        trainer.accelerator.wait_for_everyone()  # every rank may load <run_dir>/sft next (reference model)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)  # nothing half-written is left behind
+        raise
+    # GRPO's reference copy (config._name_or_path) and a colocated vLLM engine (name_or_path) load
+    # the policy from its path: the SFT weights now
+    model.config._name_or_path = str(out)
+    model.name_or_path = str(out)
+    if main:
+        if tracker is not None:
+            _log_files(tracker, out)
+        loss, accuracy = metrics.get("loss", math.nan), metrics.get("mean_token_accuracy", math.nan)
+        print(
+            f"[sft] {step} steps in {seconds:.1f} s | loss {loss:.4f} | token accuracy {accuracy:.3f} | "
+            f"saved to {out}",
+            flush=True,
+        )
+    return SftResult(out, model, tokenizer, step, metrics, len(examples), seconds, history)
+
+
+@contextlib.contextmanager
+def _quiet_progress_bars() -> Iterator[None]:
+    """No datasets / transformers progress bars (TRL's dataset preparation, shard writing): the
+    stage prints its own lines. The previous setting is restored."""
+    from datasets.utils import logging as datasets_logging
+    from transformers.utils import logging as transformers_logging
+
+    datasets_on = datasets_logging.is_progress_bar_enabled()
+    transformers_on = transformers_logging.is_progress_bar_enabled()
+    datasets_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if datasets_on:
+            datasets_logging.enable_progress_bar()
+        if transformers_on:
+            transformers_logging.enable_progress_bar()
+
+
+def _header(settings: GrpoConfig, env: Environment, examples: Sequence[Example]) -> str:
+    f = settings.sft
+    tokens = sum(len(e.input_ids) for e in examples)
+    trained = sum(sum(e.assistant_mask) for e in examples)
+    source = f.data_path or f"env {env.name} reference episodes"
+    length = f"{f.max_steps} steps" if f.max_steps > 0 else f"{f.epochs:g} epoch(s)"
+    return (
+        f"{len(examples)} demonstrations ({source}) | {tokens} tokens, {trained} of them trained | {length} "
+        f"of {f.batch_size} x {f.gradient_accumulation_steps} conversations | lr {f.lr:g} | "
+        f"{'LoRA (merged)' if f.lora else 'full'} | model {settings.model.name}"
+    )
+
+
+def _last_metrics(history: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The last logged value of every numeric metric."""
+    out: dict[str, float] = {}
+    for logs in history:
+        out.update(
+            {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        )
+    return out
+
+
+def save_sft_model(model: Any, tokenizer: Any, meta: dict[str, Any], out: Path) -> Path:
+    """Write the model dir next to `out` as <out>.partial (weights, config, tokenizer with its chat
+    template, then META_FILE last, every file fsynced) and rename it to `out`, replacing an
+    older one: a dir named `out` is never half-written."""
+    partial = out.with_name(out.name + PARTIAL_SUFFIX)
+    shutil.rmtree(partial, ignore_errors=True)  # the trainer's empty output dir, or a crashed save
+    model.save_pretrained(str(partial))
+    tokenizer.save_pretrained(str(partial))
+    files = sorted(str(p.relative_to(partial)) for p in partial.rglob("*") if p.is_file())
+    for name in files:
+        with open(partial / name, "rb") as fh:
+            os.fsync(fh.fileno())
+    write_json_atomic(partial / META_FILE, {**meta, "files": files})
+    old = out.with_name(out.name + ".old")
+    if out.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+    os.replace(partial, out)
+    fsync_dir(out.parent)
+    shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def _log_files(tracker: Any, out: Path) -> None:
+    """sft_meta.json as an artifact (sft/...) and the model dir as a tag; not the weights."""
+    try:
+        tracker.log_artifact(out / META_FILE, "sft")
+        tracker.log_tags({"grpo.sft.path": str(out)})
+    except Exception as ex:  # noqa: BLE001 - tracking must not lose a trained model
+        print(f"[sft] warning: files not logged to the tracker: {ex}", file=sys.stderr)

@@ -1,0 +1,152 @@
+"""Reward-hacking monitors: what the policy writes, beyond what it earns, per training step.
+
+From the rollouts of one generation batch (one per optimizer step), `batch_monitors` computes:
+
+    monitor/tokens_per_turn  model tokens / model turns over the batch (environment tokens left out)
+    monitor/repetition       per completion, the share of its word n-grams (n = REPETITION_N) that
+                             repeat an earlier n-gram of the same model turn, pooled over its turns;
+                             averaged over the completions that have at least one n-gram
+    monitor/format_failure   the share of completions without an answer the rubric can parse
+                             (`Environment.has_answer` is False); left out for environments that
+                             do not say (has_answer returns None)
+    monitor/wrong_language   non-English runs: the share of completions whose language-consistency
+                             score (grpo.languages.consistency) is below WRONG_LANGUAGE_BELOW, among
+                             those with words to judge (names, format tokens and the env's answer
+                             blocks are not words here, so an answer that is all names is no vote)
+
+Words are those of grpo.languages.script (a Han or kana character is a word of its own; other
+scripts' words are runs of letters) plus runs of digits, compared case-folded. Repetition is
+counted within each model turn, so a multi-turn answer that restates its earlier turns (as
+alphabet-sort asks) is not repetition. When a batch holds more than one language, every monitor is
+also computed per language, as monitor/<name>/<lang>. A monitor with nothing to measure (no
+completion with an n-gram, no env verdict) is left out rather than logged as 0.
+
+Light: pure functions over rollouts (grpo.rollout.Rollout or anything with `row`, `completion`,
+`env_mask`); no torch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from grpo.envs.parsers import assistant_turns
+from grpo.languages.script import OTHER, SCRIPTS, words_re
+
+PREFIX = "monitor/"
+REPETITION_N = 3
+WRONG_LANGUAGE_BELOW = 0.5
+# how each monitor reads in the compact per-step line
+SHORT_NAMES = {
+    "tokens_per_turn": "tok/turn",
+    "repetition": "rep",
+    "format_failure": "no-answer",
+    "wrong_language": "wrong-lang",
+}
+
+_WORD = re.compile(words_re((*SCRIPTS, OTHER)).pattern + r"|\d+")
+
+# the env's verdict on one completion: has_answer(row, completion) -> bool | None
+AnswerCheck = Callable[[Any, Any], "bool | None"]
+# a completion's language-consistency score: fn(completion=, info=) -> float | None
+LanguageScore = Callable[..., "float | None"]
+
+
+def words(text: Any) -> list[str]:
+    """The case-folded words of a text, in order (see the module docstring)."""
+    return _WORD.findall(text.casefold()) if isinstance(text, str) else []
+
+
+def repeated_ngrams(text: Any, n: int = REPETITION_N) -> tuple[int, int]:
+    """(n-grams that repeat an earlier n-gram of the text, n-grams) of one text's words."""
+    tokens = words(text)
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return len(grams) - len(set(grams)), len(grams)
+
+
+def repetition(completion: Any, n: int = REPETITION_N) -> float | None:
+    """The share of a completion's word n-grams that repeat an earlier one of the same model
+    turn, pooled over its turns; None when no turn has n words."""
+    repeated = total = 0
+    for text in assistant_turns(completion):
+        r, t = repeated_ngrams(text, n)
+        repeated, total = repeated + r, total + t
+    return repeated / total if total else None
+
+
+def tokens_per_turn(rollouts: Sequence[Any]) -> float | None:
+    """Model tokens (env_mask 1) / model turns over the rollouts; None without a model turn."""
+    tokens = sum(sum(r.env_mask) for r in rollouts)
+    turns = sum(len(assistant_turns(r.completion)) for r in rollouts)
+    return tokens / turns if turns else None
+
+
+def share(flags: Iterable[bool | None]) -> float | None:
+    """The share of True among the flags that are not None; None when all are None."""
+    known = [bool(f) for f in flags if f is not None]
+    return sum(known) / len(known) if known else None
+
+
+def mean(values: Iterable[float | None]) -> float | None:
+    known = [float(v) for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def batch_monitors(
+    rollouts: Sequence[Any],
+    has_answer: AnswerCheck | None = None,
+    language_score: LanguageScore | None = None,
+) -> dict[str, float]:
+    """The monitors of one batch (names under PREFIX; per language too when the batch has more
+    than one). `has_answer`: the env's check (Environment.has_answer); `language_score`: the
+    language-consistency scorer of a non-English run (None: no wrong_language monitor)."""
+    repetitions = [repetition(r.completion) for r in rollouts]
+    no_answer = [_not(_safe(has_answer, r.row, r.completion)) for r in rollouts]
+    wrong = [
+        _below(_safe(language_score, completion=r.completion, info=r.row.info, language=r.row.language))
+        for r in rollouts
+    ]
+    languages = [str(r.row.language) for r in rollouts]
+    groups: dict[str, list[int]] = {"": list(range(len(rollouts)))}
+    if len(set(languages)) > 1:
+        for i, code in enumerate(languages):
+            groups.setdefault(f"/{code}", []).append(i)
+    out: dict[str, float] = {}
+    for suffix, index in groups.items():
+        values = {
+            "tokens_per_turn": tokens_per_turn([rollouts[i] for i in index]),
+            "repetition": mean(repetitions[i] for i in index),
+            "format_failure": share(no_answer[i] for i in index),
+            "wrong_language": share(wrong[i] for i in index),
+        }
+        out.update({f"{PREFIX}{name}{suffix}": v for name, v in values.items() if v is not None})
+    return out
+
+
+def _safe(fn: Callable[..., Any] | None, *args: Any, **kwargs: Any) -> Any:
+    """fn(...), or None without fn or when it raises: a monitor never stops a training run."""
+    if fn is None:
+        return None
+    try:
+        return fn(*args, **kwargs)
+    except Exception:
+        return None
+
+
+def _not(flag: bool | None) -> bool | None:
+    return None if flag is None else not flag
+
+
+def _below(score: float | None) -> bool | None:
+    return None if score is None else score < WRONG_LANGUAGE_BELOW
+
+
+def compact(logs: dict[str, Any]) -> list[str]:
+    """The batch-wide monitors of a log line as short `label value` parts for the progress line."""
+    parts = []
+    for name, label in SHORT_NAMES.items():
+        value = logs.get(f"{PREFIX}{name}")
+        if isinstance(value, (int, float)):
+            parts.append(f"{label} {value:.3g}")
+    return parts

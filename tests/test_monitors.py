@@ -1,0 +1,225 @@
+"""Reward-hacking monitors (grpo/train_monitors.py): each metric on scripted rollouts of known
+length, repetition, format and language; the environments' answer checks; and, on the real
+trainer, the monitors reaching TRL's per-step log and the zero-signal hint printed once."""
+
+from __future__ import annotations
+
+import pytest
+from packaged_env import packaged_env
+from transformers import TrainerCallback
+
+from grpo.cli import load_settings
+from grpo.envs import build_env
+from grpo.envs.base import Row
+from grpo.rewards.consistency import language_monitor
+from grpo.rollout import Rollout
+from grpo.train import build_trainer, zero_signal_hint
+from grpo.train_monitors import batch_monitors, repeated_ngrams, repetition, tokens_per_turn, words
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def assistant(text):
+    return {"role": "assistant", "content": text}
+
+
+def user(text):
+    return {"role": "user", "content": text}
+
+
+def rollout(completion, env_mask=(), language="en", row=None, info=None):
+    """A scripted rollout: only what the monitors read is real (row, completion, env mask)."""
+    row = row or Row(id=0, prompt=[user("q")], info=dict(info or {}, language=language), language=language)
+    return Rollout(
+        row=row,
+        rollout_index=0,
+        completion=list(completion),
+        state={},
+        prompt_ids=[1],
+        completion_ids=[7] * len(env_mask),
+        env_mask=list(env_mask),
+        logprobs=[0.0] * len(env_mask),
+        truncated=False,
+    )
+
+
+# ---- the metrics, one by one ------------------------------------------------------------------------
+
+
+def test_tokens_per_turn_counts_model_tokens_only():
+    two_turns = rollout([assistant("a"), user("x"), assistant("b")], env_mask=[1, 1, 1, 0, 0, 1, 1])
+    one_turn = rollout([assistant("c")], env_mask=[1, 1, 1, 1])
+    assert tokens_per_turn([two_turns]) == 5 / 2
+    # a batch ratio: 9 model tokens over 3 model turns (not the mean of 2.5 and 4)
+    assert tokens_per_turn([two_turns, one_turn]) == 3.0
+    assert tokens_per_turn([rollout([], env_mask=[])]) is None
+    assert batch_monitors([two_turns, one_turn])["monitor/tokens_per_turn"] == 3.0
+
+
+def test_repetition_is_the_share_of_repeated_ngrams_within_each_turn():
+    assert words("The CAT, the cat! 42x") == ["the", "cat", "the", "cat", "42", "x"]
+    # trigrams abc bca cab abc: the last repeats the first
+    assert repeated_ngrams("a b c a b c") == (1, 4)
+    assert repetition([assistant("a b c a b c")]) == 1 / 4
+    assert repetition([assistant("The cat sat. the CAT sat")]) == 1 / 4  # case-folded
+    # Han characters are words of their own: 你好 x3 -> 你好你 好你好 你好你 好你好
+    assert repetition([assistant("你好你好你好")]) == 2 / 4
+    assert repetition([assistant("one two three four")]) == 0.0
+    # a later turn restating an earlier one is not repetition; n-grams pool over the turns
+    assert repetition([assistant("x y z"), user("more"), assistant("x y z")]) == 0.0
+    assert repetition([assistant("a b c a b c"), user("more"), assistant("d e f")]) == 1 / 5
+    assert repetition([assistant("too short")]) is None
+    assert repetition([assistant(None)]) is None
+
+    degenerate = rollout([assistant("go " * 12)])  # 10 trigrams, 9 repeat the first
+    fine = rollout([assistant("a b c d")])
+    short = rollout([assistant("hi")])  # no trigram: left out of the mean
+    assert batch_monitors([degenerate, fine, short])["monitor/repetition"] == pytest.approx((0.9 + 0.0) / 2)
+    assert "monitor/repetition" not in batch_monitors([short])
+
+
+# ---- format failure: the environments' answer checks ---------------------------------------------------
+
+
+def test_alphabet_sort_answer_check_wants_every_turn_answered():
+    env = packaged_env("alphabet_sort", min_turns=2, max_turns=2)
+    row = env.rows("eval", 1)[0]
+    perfect = env.reference_completion(row)
+    assert env.has_answer(row, perfect) is True
+    assert env.has_answer(row, perfect[:1]) is False  # turn 2 never answered
+    wrong_tag = [*perfect[:2], assistant(perfect[2]["content"].replace("combined_", ""))]
+    assert env.has_answer(row, wrong_tag) is False
+    empty_block = [assistant("<alphabetical_sorted>\n \n</alphabetical_sorted>"), *perfect[1:]]
+    assert env.has_answer(row, empty_block) is False
+    assert env.has_answer(row, [assistant(None), user("x"), assistant(12)]) is False
+    # a wrong but parsable answer is no format failure
+    scrambled = [assistant("<alphabetical_sorted>\nZed\n</alphabetical_sorted>"), *perfect[1:]]
+    assert env.has_answer(row, scrambled) is True and env.score(row, scrambled)["alphabet_sort_reward"] < 1
+
+    batch = [rollout(c, row=row) for c in (perfect, perfect[:1], wrong_tag, scrambled)]
+    assert batch_monitors(batch, env.has_answer)["monitor/format_failure"] == 2 / 4
+
+
+def test_single_turn_answer_checks_follow_their_parsers():
+    reverse = packaged_env("reverse_text")
+    row = reverse.rows("eval", 1)[0]
+    assert reverse.has_answer(row, [assistant("<think>hm</think><answer>olleh</answer>")]) is True
+    assert reverse.has_answer(row, [assistant("<answer>olleh")]) is False
+    assert reverse.has_answer(row, []) is False
+
+    arithmetic = packaged_env("arithmetic")
+    row = arithmetic.rows("eval", 1)[0]
+    assert arithmetic.has_answer(row, [assistant("so \\boxed{\\frac{8}{2}}")]) is True
+    assert arithmetic.has_answer(row, [assistant("\\boxed{four}")]) is False
+    assert arithmetic.has_answer(row, [assistant("4")]) is False
+
+    # char_target has no answer format: no verdict, no metric
+    char_target = packaged_env("char_target")
+    row = char_target.rows("eval", 1)[0]
+    assert char_target.has_answer(row, [assistant("abc")]) is None
+    assert "monitor/format_failure" not in batch_monitors(
+        [rollout([assistant("x")], row=row)], char_target.has_answer
+    )
+
+
+# ---- wrong language ------------------------------------------------------------------------------------
+
+
+def test_wrong_language_counts_answers_below_half_in_the_run_language():
+    cfg = load_settings(["+env=alphabet_sort", "language=zh"])
+    env = build_env(cfg.env, cfg.language)
+    score = language_monitor(cfg, env)
+    row = env.rows("eval", 1)[0]
+    names_only = env.reference_completion(row)  # the answer blocks hold only names: nothing to judge
+    chinese = [assistant("我按照姓氏的拼音顺序排列了这些名字。")]
+    english = [assistant("I sorted these names by their family name.")]
+    mostly_english = [assistant("I sorted these names by their family name, 好的。")]
+    assert score(completion=names_only, info=row.info) is None
+    assert score(completion=chinese, info=row.info) == 1.0
+    assert score(completion=english, info=row.info) == 0.0
+    batch = [rollout(c, row=row) for c in (names_only, chinese, english, mostly_english)]
+    monitors = batch_monitors(batch, env.has_answer, score)
+    assert monitors["monitor/wrong_language"] == 2 / 3  # english and mostly_english, of 3 judged
+
+    # an English run has no wrong-language monitor
+    cfg_en = load_settings(["+env=alphabet_sort"])
+    assert language_monitor(cfg_en, build_env(cfg_en.env, cfg_en.language)) is None
+
+
+def test_each_monitor_per_language_when_the_batch_has_several():
+    en = [rollout([assistant("a b c a b c")], env_mask=[1] * 6, language="en") for _ in range(2)]
+    sv = [rollout([assistant("a b c d")], env_mask=[1] * 2, language="sv")]
+    monitors = batch_monitors([*en, *sv])
+    assert monitors == {
+        "monitor/tokens_per_turn": 14 / 3,
+        "monitor/repetition": pytest.approx((0.25 + 0.25 + 0.0) / 3),
+        "monitor/tokens_per_turn/en": 6.0,
+        "monitor/repetition/en": 0.25,
+        "monitor/tokens_per_turn/sv": 2.0,
+        "monitor/repetition/sv": 0.0,
+    }
+    assert not any("/en" in k for k in batch_monitors(en))  # one language: no breakdown
+
+
+def test_a_raising_answer_check_costs_the_metric_not_the_run():
+    def broken(row, completion):
+        raise RuntimeError("third-party bug")
+
+    assert "monitor/format_failure" not in batch_monitors([rollout([assistant("x")])], broken)
+
+
+# ---- on the real trainer -------------------------------------------------------------------------------
+
+
+class Logs(TrainerCallback):
+    def __init__(self):
+        self.logs = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "reward" in logs:
+            self.logs.append(dict(logs))
+
+
+SMALL = [
+    "stages=[train]",
+    "trainer.num_generations=4",
+    "trainer.per_device_batch_completions=8",
+    "trainer.max_steps=2",
+    "trainer.save_steps=1000",
+    "trainer.beta=0",
+    "generation.max_tokens_per_turn=16",
+]
+
+
+def test_monitors_reach_the_step_log_and_the_zero_signal_hint_prints_once(tmp_path, capsys):
+    # a random model never writes the answer tags: every group gets reward 0 at every step
+    cfg = load_settings(["+env=alphabet_sort", *SMALL, "trainer.max_completion_length=48"])
+    env = build_env(cfg.env, cfg.language)
+    logs = Logs()
+    bundle = build_trainer(cfg, env, tmp_path, callbacks=[logs])
+    bundle.trainer.train()
+    out = capsys.readouterr().out
+
+    last = logs.logs[-1]  # step 2, computed from the batch of step 2
+    rollouts = bundle.rollout.last_rollouts
+    assert last["monitor/tokens_per_turn"] == pytest.approx(
+        sum(sum(r.env_mask) for r in rollouts) / sum(r.num_turns for r in rollouts)
+    )
+    failures = [not env.has_answer(r.row, r.completion) for r in rollouts]
+    assert last["monitor/format_failure"] == pytest.approx(sum(failures) / len(failures)) == 1.0
+    assert "monitor/repetition" in last and "monitor/wrong_language" not in last  # English run
+    assert all(log["frac_reward_zero_std"] == 1.0 for log in logs.logs)
+    assert out.count("hint: every group") == 1 and zero_signal_hint(1) in out
+    assert "stages=[sft,eval,train,eval]" in zero_signal_hint(1)
+    assert "| no-answer 1 |" in out  # the compact per-step line
+
+
+def test_no_hint_while_groups_differ(tmp_path, capsys):
+    # char_target's reward is dense: a group's completions differ
+    cfg = load_settings(
+        ["+env=char_target", *SMALL, "trainer.max_steps=1", "trainer.max_completion_length=16"]
+    )
+    logs = Logs()
+    build_trainer(cfg, build_env(cfg.env, cfg.language), tmp_path, callbacks=[logs]).trainer.train()
+    assert logs.logs[0]["frac_reward_zero_std"] < 1.0
+    assert "hint:" not in capsys.readouterr().out

@@ -386,6 +386,10 @@ def _reward_model_training(rm: RewardModelConfig) -> None:
     _weights_source("reward_model.backbone", bb)
     if bb.max_length < 16:
         _fail(f"reward_model.backbone.max_length={bb.max_length} must be >= 16 tokens")
+    if bb.tokenizer_vocab_size and bb.tokenizer_vocab_size < 512:
+        _fail(
+            f"reward_model.backbone.tokenizer_vocab_size={bb.tokenizer_vocab_size} must be 0 or >= 512 tokens"
+        )
     if data.path is not None and not Path(data.path).expanduser().exists():
         _fail(f"reward_model.data.path={data.path}: no such file or directory")
     if not 0 < data.heldout_fraction < 1:

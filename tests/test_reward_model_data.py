@@ -258,6 +258,14 @@ def test_synthetic_cli_writes_a_jsonl_the_loader_accepts(tmp_path, capsys):
         ),
         (["stages=[reward_model]", "reward_model.data.path=/no/such.jsonl"], "no such file"),
         (["stages=[reward_model]", "reward_model.data.heldout_fraction=1"], "must be in (0, 1)"),
+        (
+            [
+                "stages=[reward_model]",
+                "reward_model=learned",
+                "reward_model.backbone.tokenizer_vocab_size=100",
+            ],
+            "tokenizer_vocab_size=100 must be 0 or >= 512",
+        ),
     ],
 )
 def test_reward_model_config_rules(overrides, message):

@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 # synthetic alphabet-sort pairs in English and Swedish, single-turn, with the corruptions a tiny
 # model learns within a CPU minute (a lost / duplicated name shows in the answer's length and
-# repetitions; a broken format in its tags): 240 train + 60 held-out pairs per language
+# repetitions; a broken format in its tags): 240 train + 60 held-out pairs per language. So few pairs
+# take the built-in tokenizer (backbone.MIN_PAIRS_FOR_OWN_TOKENIZER)
 LEARN = [
     "+env=alphabet_sort",
     "env.max_turns=1",
@@ -159,6 +160,33 @@ def test_an_injected_language_offset_is_removed(trained):
     assert Calibration.fit(raw, languages).normalize([1.0], ["de"]) == [None]
 
 
+# issue item 5's target: the default recipe (only languages given: default data, severity 0.5,
+# every corruption, multi-turn episodes) ranks >= 90% of held-out pairs right in EACH language, for
+# language pairs no other test trains on, in scripts other than Latin. Not met yet: swapped names
+# stay near chance, dropped and duplicated ones at ~0.7-0.9 (held-out ~0.70-0.88 per language);
+# strict, so the marker has to go once the recipe gets there.
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="default RM recipe reaches ~0.70-0.88 per language, not 0.9 (issue item 5)",
+)
+@pytest.mark.parametrize("languages", [["de", "ja"], ["fr", "zh"]])
+def test_default_recipe_reaches_090_in_each_language(tmp_path, languages):
+    cfg = load_settings(
+        [
+            "+env=alphabet_sort",
+            "stages=[reward_model]",
+            "reward_model=learned",
+            f"reward_model.data.synthetic.languages=[{','.join(languages)}]",
+            f"output_root={tmp_path}",
+        ]
+    )
+    result = train_reward_model(cfg, tmp_path / "reward_model")
+    assert result.languages == sorted(languages)
+    assert all(0.2 <= acc <= 0.8 for acc in result.initial.accuracy.values()), result.initial.accuracy
+    assert all(result.final.accuracy[lang] >= 0.9 for lang in languages), result.final.accuracy
+
+
 def test_per_language_heads_without_tag_tokens(tmp_path):
     cfg = load_settings(
         [
@@ -260,11 +288,13 @@ def test_an_encoder_backbone_without_chat_template(tmp_path):
     prompt = [{"role": "user", "content": "Sort: " + ", ".join(f"Name{i}" for i in range(60))}]
     completion = "<alphabetical_sorted>\nAda\nBo\n</alphabetical_sorted>"
     text = scorer.encoder.text(prompt, completion, "sv")
-    assert text.startswith(f"{lang_tag('sv')}user: Sort: Name0") and text.endswith("assistant: " + completion)
+    # the tag at both ends
+    assert text.startswith(f"{lang_tag('sv')}user: Sort: Name0")
+    assert text.endswith("assistant: " + completion + lang_tag("sv"))
     (ids,) = scorer.encoder.encode([prompt], [completion], ["sv"])
     tag = scorer.rm.tokenizer.convert_tokens_to_ids(lang_tag("sv"))
-    assert len(ids) == 64 and ids[:2] == [cls, tag] and ids[-1] == sep
-    assert scorer.rm.tokenizer.decode(ids[-12:-1]).endswith("</alphabetical_sorted>")  # the end survives
+    assert len(ids) == 64 and ids[:2] == [cls, tag] and ids[-2:] == [tag, sep]
+    assert scorer.rm.tokenizer.decode(ids[-12:-2]).endswith("</alphabetical_sorted>")  # the end survives
 
     short = [[cls, tag, 100 + i, sep] for i in range(3)] + [ids]
     batched = score_ids(scorer.rm.model, short, scorer.rm.tokenizer.pad_token_id, batch_size=8)

@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,7 @@ from grpo.errors import UserError
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase, Qwen3Config
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast, Qwen3Config
 
 # Bump when the corpus, trainer settings or template change: the cache dir is keyed on it.
 TOKENIZER_VERSION = 4
@@ -195,19 +195,23 @@ def _train_bpe_merges(words: Counter[str], num_merges: int, min_frequency: int) 
     return merges
 
 
-def _build_tokenizer_files(out_dir: Path) -> None:
-    """Train the byte-level BPE on the built-in corpus and write HF tokenizer files to out_dir."""
+def bpe_tokenizer(
+    texts: Iterable[str], vocab_size: int, padding_side: str = "left"
+) -> PreTrainedTokenizerFast:
+    """A byte-level BPE of at most `vocab_size` tokens trained on `texts`, with the special tokens and
+    chat template of the built-in tokenizer. Deterministic: the same texts give the same tokenizer
+    (merges are a pure function of the word counts)."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     # GPT-2 style: split on the regex, map every byte to a printable char, so nothing is ever unknown
     pre = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     words: Counter[str] = Counter()
-    for text in _corpus():
+    for text in texts:
         words.update(piece for piece, _ in pre.pre_tokenize_str(text))
     alphabet = _byte_alphabet()
     n_added = len(SPECIAL_TOKENS) + len(THINK_TOKENS)
-    merges = _train_bpe_merges(words, VOCAB_SIZE - n_added - len(alphabet), min_frequency=2)
+    merges = _train_bpe_merges(words, vocab_size - n_added - len(alphabet), min_frequency=2)
     vocab = {ch: i for i, ch in enumerate(alphabet)}
     for a, b in merges:
         vocab.setdefault(a + b, len(vocab))
@@ -220,15 +224,19 @@ def _build_tokenizer_files(out_dir: Path) -> None:
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK_TOKENS])
 
-    wrapped = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         pad_token=PAD_TOKEN,
         eos_token=IM_END,
-        padding_side="left",
+        padding_side=padding_side,
         clean_up_tokenization_spaces=False,
         chat_template=CHAT_TEMPLATE,
     )
-    wrapped.save_pretrained(str(out_dir))
+
+
+def _build_tokenizer_files(out_dir: Path) -> None:
+    """Train the byte-level BPE on the built-in corpus and write HF tokenizer files to out_dir."""
+    bpe_tokenizer(_corpus(), VOCAB_SIZE).save_pretrained(str(out_dir))
 
 
 def tokenizer_cache_key() -> str:

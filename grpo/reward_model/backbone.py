@@ -2,13 +2,17 @@
 
 A reward model is an AutoModelForSequenceClassification that returns one scalar per sequence:
 - source=random: a Qwen3ForSequenceClassification with random weights built from
-  `backbone.architecture` and the built-in offline byte-level tokenizer (the CPU default);
+  `backbone.architecture`, with a byte-level BPE trained on the training pairs' text (names and tags
+  become whole tokens; `tokenizer_vocab_size`) or the built-in offline tokenizer (the CPU default);
 - source=pretrained: `backbone.path`, a hub id or local dir (a multilingual encoder such as
   xlm-roberta, a causal LM such as Qwen3 that gets a new score head, or an existing seq-cls RM).
 
 Language conditioning (reward_model.conditioning):
-- tag_token: one added special token <lang:xx> per training language, put in front of every
-  sequence (the embedding is learned: effectively a language embedding);
+- tag_token: one added special token <lang:xx> per training language, put at both ends of every
+  sequence (the embedding is learned: effectively a language embedding). The closing tag is the
+  token a decoder's score is read from, so the score is computed by a language-specific query over
+  the whole conversation (a tag in front only reaches the score through attention, and a tiny model
+  then learns "this text looks foreign" instead of "this text does not match its tag");
 - per_language_heads: the backbone's head has one output per language and the row's language
   picks it (LanguageHeadsRewardModel). TRL's RewardTrainer wants a model that returns one score
   (config.num_labels == 1): the wrapper does, so TRL trains it unchanged.
@@ -35,6 +39,7 @@ from grpo.config import RewardModelBackboneConfig
 from grpo.errors import UserError
 from grpo.files import write_json_atomic
 from grpo.reward_model import CALIBRATION_FILE, META_FILE, check_checkpoint_dir
+from grpo.reward_model.data import PreferencePair, pair_texts
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -43,6 +48,10 @@ if TYPE_CHECKING:
 
 META_VERSION = 1
 FIELD = "reward_model.backbone"
+# a random backbone trains its own tokenizer from this many training pairs on. Below it, most names
+# would be tokens seen once or twice, which the model cannot learn: on 480 en+sv pairs the built-in
+# tokenizer ranked 1.0 / 0.97 of held-out pairs right, a pair-trained one 0.68 / 0.83
+MIN_PAIRS_FOR_OWN_TOKENIZER = 1000
 
 
 def lang_tag(code: str) -> str:
@@ -60,6 +69,8 @@ class RMMeta:
     per_language_heads: bool
     # tokens of prompt + completion the RM reads (longer ones lose their middle)
     max_length: int
+    # the tag closes the sequence too (RMs trained before this was added have it in front only)
+    tag_at_end: bool = False
     # where the backbone came from: {name, source, path}
     backbone: dict[str, Any] = field(default_factory=dict)
     # extra kwargs of apply_chat_template (none for the tiny backbone)
@@ -149,15 +160,23 @@ def build_backbone(
     languages: Sequence[str],
     tag_token: bool,
     per_language_heads: bool,
+    train_pairs: Sequence[PreferencePair] = (),
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """(model, tokenizer) ready for RewardTrainer: the model returns one score per sequence."""
+    """(model, tokenizer) ready for RewardTrainer: the model returns one score per sequence.
+    `train_pairs`: what a random backbone's own tokenizer is trained on (`trains_tokenizer`)."""
     import torch
 
     from grpo.models.loading import load_tokenizer, resolve_dtype
 
     num_labels = len(languages) if per_language_heads else 1
     _check_paths(backbone_cfg)  # errors name reward_model.backbone.*, not model.*
-    tokenizer = load_tokenizer(backbone_cfg, padding_side="right")
+    if trains_tokenizer(backbone_cfg, len(train_pairs)):
+        from grpo.models.tiny import bpe_tokenizer
+
+        texts = pair_texts(train_pairs)
+        tokenizer = bpe_tokenizer(texts, backbone_cfg.tokenizer_vocab_size, padding_side="right")
+    else:
+        tokenizer = load_tokenizer(backbone_cfg, padding_side="right")
     if tokenizer.pad_token is None:
         raise UserError(f"{FIELD}: the tokenizer has neither a pad nor an eos token; set {FIELD}.tokenizer")
     added = add_language_tags(tokenizer, languages) if tag_token else 0
@@ -184,6 +203,18 @@ def build_backbone(
     if per_language_heads:
         model = wrap_language_heads(model, languages)
     return model, tokenizer
+
+
+def trains_tokenizer(backbone_cfg: RewardModelBackboneConfig, num_pairs: int) -> bool:
+    """Whether the backbone's tokenizer is trained on its training pairs: a random backbone without a
+    given tokenizer, with enough pairs (MIN_PAIRS_FOR_OWN_TOKENIZER). A from-scratch model gains
+    nothing from another corpus's vocabulary, and names as whole tokens make sequences ~2x shorter."""
+    return (
+        backbone_cfg.source == "random"
+        and not backbone_cfg.tokenizer
+        and backbone_cfg.tokenizer_vocab_size > 0
+        and num_pairs >= MIN_PAIRS_FOR_OWN_TOKENIZER
+    )
 
 
 def _check_paths(backbone_cfg: RewardModelBackboneConfig) -> None:

@@ -199,5 +199,16 @@ def split_heldout(
     return train, heldout
 
 
+def pair_texts(pairs: Iterable[PreferencePair]) -> list[str]:
+    """Every message of the pairs (role and content): what a random backbone's tokenizer learns from."""
+    return [
+        text
+        for pair in pairs
+        for messages in (pair.prompt, pair.chosen, pair.rejected)
+        for m in messages
+        for text in (m["role"], m["content"])
+    ]
+
+
 def languages_of(pairs: Iterable[PreferencePair]) -> list[str]:
     return sorted({p.language for p in pairs})

@@ -2,9 +2,10 @@
 
 One rendering for training pairs and GRPO completions alike: the prompt messages followed by the
 whole (possibly multi-turn) completion, through the RM tokenizer's chat template (a tokenizer
-without one, e.g. an encoder, gets "role: content" lines), with the language tag in front. A
-sequence longer than max_length keeps its head (special tokens and the tag) and its END (the last
-answer) and loses the middle.
+without one, e.g. an encoder, gets "role: content" lines), with the language tag in front (and, for
+RMs trained since tag_at_end, at the end too: a decoder reads its score there). A sequence longer
+than max_length keeps its head (special tokens and the tag) and its END (the last answer and the
+closing tag) and loses the middle.
 
 Scoring sorts sequences by length and runs them in batches under torch.inference_mode, so a
 batch pads little; results come back in input order. Any model output (garbage, empty, unicode,
@@ -71,10 +72,12 @@ class SequenceEncoder:
         max_length: int,
         tag_token: bool,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        tag_at_end: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.max_length = int(max_length)
         self.tag_token = bool(tag_token)
+        self.tag_at_end = self.tag_token and bool(tag_at_end)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         # special tokens the tokenizer wraps every text in (an encoder's <s> ... </s>): kept on truncation
         plain = tokenizer("a", add_special_tokens=False)["input_ids"]
@@ -83,13 +86,16 @@ class SequenceEncoder:
         self.n_prefix = starts[0] if starts else 0
         self.n_suffix = max(0, len(wrapped) - self.n_prefix - len(plain))
         self.n_head = self.n_prefix + (1 if self.tag_token else 0)
-        if self.max_length <= self.n_head + self.n_suffix:
+        self.n_tail = self.n_suffix + (1 if self.tag_at_end else 0)
+        if self.max_length <= self.n_head + self.n_tail:
             raise ValueError(f"max_length={self.max_length} leaves no room for text")
 
     def text(self, prompt: Any, completion: Any, language: str) -> str:
         messages = as_conversation(prompt, "user") + as_conversation(completion, "assistant")
         body = render_conversation(self.tokenizer, messages, self.chat_template_kwargs)
-        return (lang_tag(language) if self.tag_token else "") + body
+        if not self.tag_token:
+            return body
+        return lang_tag(language) + body + (lang_tag(language) if self.tag_at_end else "")
 
     def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
         if not texts:
@@ -106,9 +112,9 @@ class SequenceEncoder:
     def _fit(self, ids: list[int]) -> list[int]:
         if len(ids) <= self.max_length:
             return ids
-        tail = self.max_length - self.n_head - self.n_suffix
-        end = len(ids) - self.n_suffix
-        return ids[: self.n_head] + ids[end - tail : end] + ids[end:]
+        keep = self.max_length - self.n_head - self.n_tail
+        end = len(ids) - self.n_tail
+        return ids[: self.n_head] + ids[end - keep : end] + ids[end:]
 
 
 # padded tokens per forward pass when scoring: long sequences go in smaller batches (attention

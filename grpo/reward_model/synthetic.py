@@ -19,7 +19,7 @@ checked with the environment's own rubric: it must score strictly below the chos
 corruption that happens to be harmless is redrawn), so no pair contradicts the ground truth.
 
     python -m grpo.reward_model.synthetic data/prefs.jsonl +env=alphabet_sort \\
-        'reward_model.data.synthetic.languages=[en,sv]' reward_model.data.synthetic.n=512
+        'reward_model.data.synthetic.languages=[en,sv]'
 """
 
 from __future__ import annotations
@@ -263,6 +263,10 @@ def pairs_from_config(settings: GrpoConfig) -> list[PreferencePair]:
 
     syn = settings.reward_model.data.synthetic
     base = env_config(settings, syn.env)
+    # one row per pair: n beyond the env's train split draws more rows, so no held-out pair
+    # repeats a training pair's episode
+    if "num_train_examples" in base and int(base["num_train_examples"]) < syn.n:
+        base = {**base, "num_train_examples": syn.n}
     languages = list(syn.languages) if syn.languages else run_languages(settings.language)
 
     def make_env(code: str) -> Any:

@@ -36,7 +36,13 @@ from grpo.errors import UserError
 from grpo.files import write_json_atomic
 from grpo.reward_model import HELDOUT_PAIRS_FILE, METRICS_FILE, TRAIN_PAIRS_FILE
 from grpo.reward_model.calibration import Calibration
-from grpo.reward_model.data import PreferencePair, languages_of, load_pairs, split_heldout, write_pairs
+from grpo.reward_model.data import (
+    PreferencePair,
+    languages_of,
+    load_pairs,
+    split_heldout,
+    write_pairs,
+)
 
 METRIC_PREFIX = "rm/"
 # RewardConfig fields the stage decides (reward_model.training.extra may not override them)
@@ -309,8 +315,10 @@ def train_reward_model(
 
     cond = rm.conditioning
     per_language = cond.per_language_heads
-    model, tokenizer = build_backbone(rm.backbone, languages, cond.tag_token, per_language)
-    encoder = SequenceEncoder(tokenizer, rm.backbone.max_length, cond.tag_token)
+    model, tokenizer = build_backbone(
+        rm.backbone, languages, cond.tag_token, per_language, train_pairs=train_pairs
+    )
+    encoder = SequenceEncoder(tokenizer, rm.backbone.max_length, cond.tag_token, tag_at_end=True)
     heads = {lang: i for i, lang in enumerate(languages)} if per_language else None
     scorer = PairScorer(model, encoder, languages, per_language, rm.training.score_batch_size)
     initial = scorer.metrics(heldout)
@@ -347,6 +355,7 @@ def train_reward_model(
         tag_token=cond.tag_token,
         per_language_heads=per_language,
         max_length=rm.backbone.max_length,
+        tag_at_end=encoder.tag_at_end,
         backbone={"name": rm.backbone.name, "source": rm.backbone.source, "path": rm.backbone.path},
     )
     seconds = time.perf_counter() - start

@@ -77,7 +77,7 @@ class RewardModelScorer:
         self.rm = load_reward_model(path, field, device=device)
         meta = self.rm.meta
         self.encoder = SequenceEncoder(
-            self.rm.tokenizer, meta.max_length, meta.tag_token, meta.chat_template_kwargs
+            self.rm.tokenizer, meta.max_length, meta.tag_token, meta.chat_template_kwargs, meta.tag_at_end
         )
         self.heads = {lang: i for i, lang in enumerate(meta.languages)} if meta.per_language_heads else None
         self.batch_size = int(batch_size)

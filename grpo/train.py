@@ -429,8 +429,8 @@ def zero_signal_hint(step: int) -> str:
         f"hint: every group of step {step} got the same reward for all its completions, so GRPO has no "
         "signal (advantages are reward minus the group mean: all 0; typical of a random or untrained "
         "model that never produces a scorable answer); warm the model up first with "
-        "stages=[sft,eval,train,eval] (supervised fine-tuning on the env's reference answers), or use "
-        "a stronger model / an easier env"
+        "stages=[sft,eval,train,eval] (supervised fine-tuning on the env's reference answers; the CPU "
+        "recipe for alphabet_sort: +experiment=alphabet_sort_cpu), or use a stronger model / an easier env"
     )
 
 

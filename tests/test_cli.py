@@ -67,6 +67,15 @@ def test_every_option_of_every_group_composes_with_every_env(group, env):
                 check(to_settings(cfg))
 
 
+@pytest.mark.parametrize("recipe", group_options("experiment"))
+def test_every_experiment_recipe_composes_alone_and_validates(recipe):
+    # a recipe brings its own env (no +env=...) and must pass every cross-field rule as shipped
+    settings = to_settings(compose([f"+experiment={recipe}"]))
+    check(settings)
+    assert settings.env["name"]
+    assert "train" in settings.stages
+
+
 def test_sweep_presets_are_a_group():
     assert group_options("sweep") == ["loss_types", "lr_beta_grid", "optuna_lr_beta"]
 

@@ -46,8 +46,8 @@ RUN_FILE = "mlflow_run.json"
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 EVAL_PREFIX = "eval/"
-# curves drawn in plots/train_curves.png, when the run logged them
-TRAIN_CURVES = ("train/reward", "train/kl")
+# curves drawn in plots/train_curves.png, when the run logged them (val/reward: trainer.eval_steps > 0)
+TRAIN_CURVES = ("train/reward", "val/reward", "train/kl")
 _EVAL_FUNC = re.compile(r"^eval/(?P<label>[^/]+)/func/(?P<fn>[^/]+)$")
 _EVAL_TOTAL = re.compile(r"^eval/(?P<label>[^/]+)/mean$")
 # the weighted total reward's bar in plots/eval_by_function.png
@@ -204,7 +204,7 @@ class MlflowTracker:
         self._log_tags({f"{P.TAG_PREFIX}objective": repr(float(objective))})
 
     def log_plots(self) -> None:
-        """plots/train_curves.png (reward and KL over steps) and plots/eval_by_function.png
+        """plots/train_curves.png (training and validation reward, KL over steps) and plots/eval_by_function.png
         (each evaluation's mean per reward function), from what the run holds in the store."""
         from grpo.tracking.plots import plot_eval_by_function, plot_train_curves
 

@@ -16,6 +16,9 @@ with a paired standard error over examples (each example's mean over its rollout
 control).
 
     python benchmarks/learning_alphabet_sort.py [overrides ...]     # e.g. trainer.max_steps=40
+    GRPO_BENCH_THREADS=2 python benchmarks/learning_alphabet_sort.py   # torch threads (default 1)
+
+Measured here: gain 0.064 in 37 min on one thread, 0.076 in 23.8 min on two (README "See it learn").
 
 Last line: `gain: X` (mean reward after GRPO minus the control's).
 """

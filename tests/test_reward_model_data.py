@@ -15,8 +15,9 @@ from packaged_env import packaged_env
 from grpo.cli import load_settings
 from grpo.envs.alphabet_sort import AlphabetSortEnv
 from grpo.errors import UserError
+from grpo.jsonl_rows import MAX_REPORTED
 from grpo.reward_model import META_FILE
-from grpo.reward_model.data import MAX_REPORTED, PreferencePair, load_pairs, split_heldout, write_pairs
+from grpo.reward_model.data import PreferencePair, load_pairs, split_heldout, write_pairs
 from grpo.reward_model.synthetic import (
     corrupt_episode,
     corrupt_format,

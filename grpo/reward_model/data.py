@@ -8,28 +8,25 @@ messages here, so the reward model renders every pair and every GRPO completion 
 
 Loading checks every line before anything trains and reports ALL bad rows (by file and line
 number: bad JSON, missing key, empty text, malformed messages, unknown language) in one UserError
-line, capped at MAX_REPORTED. Light module: no torch.
+line, capped at jsonl_rows.MAX_REPORTED. Light module: no torch.
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo.errors import UserError
 from grpo.files import write_jsonl_atomic
+from grpo.jsonl_rows import UNKNOWN_LANGUAGE, read_rows
 
 Message = dict[str, str]
 Messages = list[Message]
 
 FIELD = "reward_model.data.path"
 ROLES = ("system", "user", "assistant", "tool")
-# bad rows listed in the error line; the rest are counted
-MAX_REPORTED = 10
 
 
 @dataclass
@@ -101,7 +98,7 @@ def parse_row(row: Any, known_languages: Sequence[str]) -> tuple[PreferencePair 
     if "language" not in row:
         problems.append("missing 'language'")
     elif not isinstance(language, str) or language not in known_languages:
-        problems.append(f"unknown language {language!r}")
+        problems.append(f"{UNKNOWN_LANGUAGE} {language!r}")
     if not problems and row["chosen"] == row["rejected"]:
         problems.append("'chosen' and 'rejected' are identical")
     if problems:
@@ -122,56 +119,14 @@ def parse_row(row: Any, known_languages: Sequence[str]) -> tuple[PreferencePair 
     )
 
 
-def jsonl_files(path: str | Path) -> list[Path]:
-    """The file itself, or the *.jsonl files of a directory (sorted)."""
-    p = Path(path).expanduser()
-    if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix == ".jsonl")
-        if not files:
-            raise UserError(f"{FIELD}={path}: the directory has no *.jsonl files")
-        return files
-    if not p.is_file():
-        raise UserError(f"{FIELD}={path}: no such file or directory")
-    return [p]
-
-
 def load_pairs(path: str | Path, known_languages: Sequence[str] | None = None) -> list[PreferencePair]:
     """Every pair of a JSONL file (or dir of them); one UserError listing all bad rows otherwise."""
     if known_languages is None:
         from grpo.languages.spec import available_languages
 
         known_languages = available_languages()
-    files = jsonl_files(path)
-    pairs: list[PreferencePair] = []
-    bad: list[str] = []  # "line N: problem, problem" (prefixed by the file name when several)
-    for file in files:
-        prefix = f"{file.name}: " if len(files) > 1 else ""
-        try:
-            lines = file.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as ex:
-            raise UserError(f"{FIELD} {file}: cannot read it ({ex})") from None
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as ex:
-                bad.append(f"{prefix}line {number}: bad JSON ({ex.msg} at column {ex.colno})")
-                continue
-            pair, problems = parse_row(row, known_languages)
-            if problems:
-                bad.append(f"{prefix}line {number}: {', '.join(problems)}")
-            elif pair is not None:
-                pairs.append(pair)
-    where = files[0] if len(files) == 1 else Path(path)
-    if bad:
-        shown = "; ".join(bad[:MAX_REPORTED])
-        more = f"; ... and {len(bad) - MAX_REPORTED} more" if len(bad) > MAX_REPORTED else ""
-        hint = f" (languages: {', '.join(known_languages)})" if "unknown language" in shown else ""
-        raise UserError(f"{FIELD} {where}: {len(bad)} bad row(s), nothing was trained: {shown}{more}{hint}")
-    if not pairs:
-        raise UserError(f"{FIELD} {where}: no preference rows (one JSON object per line)")
-    return pairs
+    languages = list(known_languages)
+    return read_rows(path, FIELD, lambda row, _where: parse_row(row, languages), "preference rows", languages)
 
 
 def write_pairs(path: str | Path, pairs: Iterable[PreferencePair]) -> Path:

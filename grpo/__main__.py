@@ -2,24 +2,44 @@
 
 Composition and the checks run before any heavy import, so a bad override comes back in about
 a second as one line; torch, transformers and trl are imported by the stages that use them.
+With resume=<run dir> the run takes the resumed run's settings (grpo/resume.py) and saves them as
+its own .hydra/config.yaml. Ctrl-C / SIGTERM stop at a step boundary with a checkpoint and one
+line saying how to resume (grpo/interrupt.py); the exit code is 130 / 143.
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
+from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from grpo.cli import exit_on_user_error, preflight
+from grpo.cli import exit_on_user_error, preflight, run_config
 from grpo.config import register_schema, to_settings
+from grpo.files import register_new_dir_resolver
 
 register_schema()
+register_new_dir_resolver()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://grpo.conf", config_name="config")
 def _hydra_main(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from grpo.interrupt import Interrupted, handle_signals
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
     with exit_on_user_error():
+        if cfg.get("resume"):
+            cfg = run_config(cfg, list(HydraConfig.get().overrides.task))
+            # what this run really uses: a resume of this run starts from it
+            from grpo.files import write_text_atomic
+
+            write_text_atomic(
+                run_dir / HydraConfig.get().output_subdir / "config.yaml", OmegaConf.to_yaml(cfg)
+            )
         from grpo.validation import check_once
 
         settings = to_settings(cfg)
@@ -27,7 +47,27 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         check_once(settings)
         from grpo.stages import run_stages
 
-        return run_stages(settings)
+        try:
+            with handle_signals():
+                return run_stages(settings, run_dir)
+        except Interrupted as ex:
+            print(interrupted_line(ex, run_dir, list(HydraConfig.get().overrides.task)), file=sys.stderr)
+            sys.exit(ex.exit_code)
+
+
+def interrupted_line(ex: BaseException, run_dir: Path, overrides: list[str]) -> str:
+    """The one line an interrupted run ends with: where it stopped, and the command that goes on."""
+    from grpo.resume import resumable
+
+    stage, step = getattr(ex, "stage", None), getattr(ex, "step", None)
+    if stage == "train":
+        where = f"at step {step}"
+    else:
+        where = f"during {stage or 'the run'}" + (f" at its step {step}" if stage and step else "")
+    if not resumable(run_dir):
+        again = " ".join(shlex.quote(o) for o in overrides)
+        return f"interrupted {where}; nothing to resume yet, run again with: python -m grpo {again}"
+    return f"interrupted {where}; resume with: python -m grpo resume={shlex.quote(str(run_dir))}"
 
 
 def main() -> None:

@@ -22,6 +22,13 @@ from grpo.errors import UserError
 from grpo.files import write_json_atomic
 
 CHECKPOINTS_DIR = "checkpoints"
+# where each training stage's trainer checkpoints go, under the run dir (SFT and the reward model
+# write one only when interrupted: their finished model is their own dir, sft/ and reward_model/)
+STAGE_CHECKPOINT_DIRS = {
+    "train": CHECKPOINTS_DIR,
+    "sft": "sft_checkpoints",
+    "reward_model": "reward_model_checkpoints",
+}
 CHECKPOINT_PREFIX = "checkpoint-"
 # written last into a checkpoint dir, once everything else is on disk
 COMPLETE_MARKER = "grpo_checkpoint_complete.json"
@@ -101,16 +108,36 @@ def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path:
         raise UserError(
             f"resume={run_dir}: no such directory; pass a previous run's output dir (outputs/runs/...)"
         )
+    latest = latest_complete(root)
+    if latest is not None:
+        return latest
     candidates = checkpoints_of(root)
-    for ckpt in candidates:
-        if is_complete_checkpoint(ckpt):
-            return ckpt
     where = root / CHECKPOINTS_DIR if (root / CHECKPOINTS_DIR).is_dir() else root
     skipped = f" ({len(candidates)} incomplete skipped)" if candidates else ""
     raise UserError(
         f"resume={run_dir}: no complete checkpoint under {where}{skipped}; a run writes one every "
         "trainer.save_steps steps and at its end"
     )
+
+
+def latest_complete(root: str | os.PathLike[str]) -> Path | None:
+    """The newest complete checkpoint under `root` (see checkpoints_of), None if there is none."""
+    return next((c for c in checkpoints_of(root) if is_complete_checkpoint(c)), None)
+
+
+def marker_callback() -> Any:
+    """A transformers TrainerCallback marking each checkpoint complete once it is all on disk."""
+    from transformers import TrainerCallback
+
+    class CheckpointMarker(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if not state.is_world_process_zero:
+                return
+            path = Path(args.output_dir) / f"{CHECKPOINT_PREFIX}{state.global_step}"
+            if path.is_dir():
+                mark_checkpoint_complete(path, state.global_step)
+
+    return CheckpointMarker()
 
 
 def mark_checkpoint_complete(path: Path, global_step: int) -> None:

@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from grpo.config import GrpoConfig, register_schema, to_settings
 from grpo.errors import UserError
+from grpo.files import register_new_dir_resolver
 
 CONFIG_MODULE = "grpo.conf"
 CONFIG_NAME = "config"
@@ -36,6 +37,7 @@ def compose(overrides: Sequence[str] = (), return_hydra_config: bool = False) ->
     from hydra import initialize_config_module
 
     register_schema()
+    register_new_dir_resolver()  # the run dir, resolved only when the hydra node is
     with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
         return hydra_compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=return_hydra_config)
 
@@ -135,15 +137,37 @@ def check(overrides: list[str]) -> GrpoConfig:
     return jobs[0]
 
 
+def config_groups() -> set[str]:
+    """The top-level config group names (env, model, language, ...)."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():  # inside the Hydra app (python -m grpo)
+        return set(GlobalHydra.instance().config_loader().list_groups(""))
+    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
+        return set(GlobalHydra.instance().config_loader().list_groups(""))
+
+
+def run_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
+    """The config a run uses: the composed one, or with resume= the resumed run's (grpo/resume.py)."""
+    if not cfg.get("resume"):
+        return cfg
+    from grpo.resume import resumed_config
+
+    return resumed_config(cfg, list(overrides), config_groups())
+
+
 def load_settings(overrides: Sequence[str] = ()) -> GrpoConfig:
     """The typed settings `python -m grpo <overrides>` runs with, composed but not checked."""
-    return to_settings(compose(overrides))
+    return to_settings(run_config(compose(overrides), overrides))
 
 
 def _settings(overrides: list[str]) -> GrpoConfig:
     try:
-        cfg = compose(overrides)
+        cfg = run_config(compose(overrides), overrides)
         settings = to_settings(cfg)
+    except UserError:
+        raise
     except Exception as ex:  # Hydra / OmegaConf composition errors
         from hydra.errors import MissingConfigException
 
@@ -193,7 +217,12 @@ def preflight(argv: Sequence[str]) -> None:
         return
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return  # the user asked for Hydra's own full errors
+    from grpo.output_check import check_writable_outputs
+
     try:
-        check(args.overrides or [])
+        settings = check(args.overrides or [])
+        # --cfg only prints the config: it writes nothing, so it creates no output folder either
+        if not args.cfg:
+            check_writable_outputs(settings)
     except UserError as ex:
         fail(str(ex))

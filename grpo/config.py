@@ -455,6 +455,9 @@ class GrpoConfig:
     seed: int = 0
     # a previous run's output dir (outputs/runs/...) to resume training from (its latest checkpoint)
     resume: str | None = None
+    # resume= keeps the resumed run's settings and refuses overrides that change its optimisation or
+    # data (grpo/resume.py); true applies them anyway
+    resume_force: bool = False
     # where runs, sweeps and the MLflow store go (made absolute at start-up)
     output_root: str = "outputs"
     # the environment: `_target_` (its class) and the class's arguments

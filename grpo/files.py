@@ -7,6 +7,9 @@ block ends without error the data is flushed and fsynced, the temporary file is 
 old file untouched. Two processes writing the same path each use their own temporary file, and
 the last rename wins whole.
 
+`claim_new_dir(path)` takes a fresh directory atomically (mkdir fails when it exists): two runs
+started in the same second, in one process or several, get different run folders.
+
 JSON is written with `to_json`: sets become sorted lists, tuples lists, numpy/torch scalars numbers,
 anything else its str(), so ground truth of any shape serialises.
 """
@@ -90,3 +93,38 @@ def write_jsonl_atomic(path: str | os.PathLike[str], records: Iterable[Any]) -> 
         for record in records:
             fh.write(to_json(record) + "\n")
     return Path(path)
+
+
+# the most same-second runs one base name can hold (runs/<date>/<H-M-S>, <H-M-S>_2, ...)
+MAX_DIR_CLAIMS = 1000
+
+
+def claim_new_dir(path: str | os.PathLike[str]) -> Path:
+    """Create and return a directory that did not exist before: `path` itself, else `path_2`,
+    `path_3`, ... (names stay sortable by time). The parent is created if missing; mkdir is
+    atomic, so concurrent callers never get the same directory."""
+    base = Path(path)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, MAX_DIR_CLAIMS + 1):
+        candidate = base if n == 1 else base.with_name(f"{base.name}_{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"{base}: {MAX_DIR_CLAIMS} directories of that name exist already")
+
+
+# resolver of conf/config.yaml's run and sweep dirs: the folder taken with claim_new_dir
+NEW_DIR_RESOLVER = "grpo_new_dir"
+
+
+def register_new_dir_resolver() -> None:
+    """Register ${grpo_new_dir:path}. It is cached: a config resolves it once, and Hydra copies
+    that cache into every job of a sweep, so a sweep keeps one folder."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver(NEW_DIR_RESOLVER):
+        OmegaConf.register_new_resolver(
+            NEW_DIR_RESOLVER, lambda path: str(claim_new_dir(path)), use_cache=True
+        )

@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from grpo.config import GrpoConfig
 
+# the reward_model stage's output dir under the run dir
+RM_DIR = "reward_model"
+
 if TYPE_CHECKING:
     from grpo.evaluate import EvalResult
     from grpo.reward_model.train import RMResult
@@ -45,6 +48,8 @@ class RunResults:
     evals: dict[str, EvalResult] = field(default_factory=dict)
     # the last evaluation's mean reward: what `python -m grpo` returns to a sweeper
     objective: float | None = None
+    # a resumed run's finished reward model, reused instead of training one (grpo/resume.py)
+    reward_model_dir: Path | None = None
 
     @property
     def step(self) -> int:
@@ -55,7 +60,9 @@ class RunResults:
         """The RM dirs GRPO scores with: reward_model.checkpoints, else this run's fresh RM."""
         if settings.reward_model.checkpoints:
             return list(settings.reward_model.checkpoints)
-        return [str(self.reward_model.path.resolve())] if self.reward_model is not None else []
+        trained = self.reward_model.path if self.reward_model is not None else None
+        directory = self.reward_model_dir or trained
+        return [str(Path(directory).resolve())] if directory is not None else []
 
 
 def run_dir_of_job() -> Path:
@@ -83,7 +90,7 @@ def run_stages(settings: GrpoConfig, run_dir: Path | None = None) -> float | Non
     with tracker:
         tracker.log_config(settings)
         for stage in settings.stages:
-            if stage == "eval" and settings.resume and "train" in settings.stages and results.train is None:
+            if stage == "eval" and _baseline_done(settings, results):
                 # the run being resumed already logged its baseline (to the same MLflow run)
                 print("resume: skipping the baseline evaluation (the resumed run has it)")
             elif stage == "eval":
@@ -103,6 +110,15 @@ def run_stages(settings: GrpoConfig, run_dir: Path | None = None) -> float | Non
             line += f"; best checkpoint (step {results.train.best.global_step}) {means['best']:.4f}"
         print(line)
     return results.objective
+
+
+def _baseline_done(settings: GrpoConfig, results: RunResults) -> bool:
+    """A resumed run whose chain has already evaluated the baseline (grpo/resume.py)."""
+    if not settings.resume or eval_label(settings, results.train is not None) != "baseline":
+        return False
+    from grpo.resume import done_in_chain
+
+    return done_in_chain(settings.resume, "eval_baseline/results.jsonl") is not None
 
 
 def _eval_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
@@ -194,18 +210,50 @@ def _train_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, re
 
 
 def _reward_model_stage(settings: GrpoConfig, run_dir: Path, tracker: Any, results: RunResults) -> None:
+    from grpo.resume import checkpoint_in_chain, done_in_chain
+    from grpo.reward_model import META_FILE
     from grpo.reward_model.train import train_reward_model
 
-    results.reward_model = train_reward_model(settings, run_dir / "reward_model", tracker=tracker)
+    resume_from = None
+    if settings.resume:
+        done = done_in_chain(settings.resume, f"{RM_DIR}/{META_FILE}")
+        if done is not None:
+            print(f"resume: the reward model of {done.parent.parent} is trained; using {done.parent}")
+            results.reward_model_dir = done.parent
+            return
+        resume_from = checkpoint_in_chain(settings.resume, "reward_model")
+    results.reward_model = train_reward_model(
+        settings, run_dir / RM_DIR, tracker=tracker, resume_from=resume_from
+    )
 
 
 def _sft_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
-    from grpo.sft import SFT_DIR
+    from grpo.resume import checkpoint_in_chain, done_in_chain
+    from grpo.sft import META_FILE, SFT_DIR
     from grpo.sft.train import train_sft
 
+    resume_from = None
+    if settings.resume:
+        done = done_in_chain(settings.resume, f"{SFT_DIR}/{META_FILE}")
+        if done is not None:
+            from grpo.models import load_policy
+
+            print(f"resume: the SFT of {done.parent.parent} is done; the policy is {done.parent}")
+            sft_model = dataclasses.replace(
+                settings.model, source="pretrained", path=str(done.parent), tokenizer=None
+            )
+            results.policy = Policy(*load_policy(sft_model))
+            return
+        resume_from = checkpoint_in_chain(settings.resume, "sft")
     policy = results.policy or Policy(None, None)
     result = train_sft(
-        settings, env, run_dir / SFT_DIR, model=policy.model, tokenizer=policy.tokenizer, tracker=tracker
+        settings,
+        env,
+        run_dir / SFT_DIR,
+        model=policy.model,
+        tokenizer=policy.tokenizer,
+        tracker=tracker,
+        resume_from=resume_from,
     )
     results.sft = result
     results.policy = Policy(result.model, result.tokenizer)

@@ -52,17 +52,15 @@ from pathlib import Path
 from typing import Any
 
 from grpo.checkpoints import (
-    CHECKPOINT_PREFIX,
     CHECKPOINTS_DIR,
     BestCheckpoint,
     best_checkpoint,
     checkpoints_of,
     is_complete_checkpoint,
-    latest_checkpoint,
-    mark_checkpoint_complete,
     resume_drift,
 )
 from grpo.config import OPTIMIZERS, VLLM_MODES, GenerationConfig, GrpoConfig, ModelConfig
+from grpo.resume import checkpoint_in_chain
 from grpo.train_monitors import LanguageScore, batch_monitors, compact
 
 INITIAL_MODEL_DIR = "initial_model"
@@ -365,15 +363,7 @@ def make_grpo_config(settings: GrpoConfig, output_dir: Path, reward_weights: Seq
 def _callbacks(printer_header: str) -> tuple[Any, Any]:
     from transformers import TrainerCallback
 
-    class CheckpointMarker(TrainerCallback):
-        """Marks a checkpoint complete once transformers has written all of it."""
-
-        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if not state.is_world_process_zero:
-                return
-            path = Path(args.output_dir) / f"{CHECKPOINT_PREFIX}{state.global_step}"
-            if path.is_dir():
-                mark_checkpoint_complete(path, state.global_step)
+    from grpo.checkpoints import marker_callback
 
     class ProgressPrinter(TrainerCallback):
         """One line per logging step: step, reward, per-function rewards, KL, loss, monitors,
@@ -419,7 +409,7 @@ def _callbacks(printer_header: str) -> tuple[Any, Any]:
                 print(zero_signal_hint(state.global_step), flush=True)
                 self.hinted = True
 
-    return CheckpointMarker(), ProgressPrinter()
+    return marker_callback(), ProgressPrinter()
 
 
 def zero_signal_hint(step: int) -> str:
@@ -505,7 +495,8 @@ def build_trainer(
     `log_metrics(metrics, step)`: where validation metrics go (the run's tracker)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    resume_from = latest_checkpoint(settings.resume) if settings.resume else None
+    # the resume chain's latest GRPO checkpoint; none when the resumed run stopped before training
+    resume_from = checkpoint_in_chain(settings.resume, "train") if settings.resume else None
     if resume_from is not None:
         drift = resume_drift(settings, settings.resume)
         if drift:
@@ -560,6 +551,8 @@ def build_trainer(
             log_metrics=log_metrics,
         )
         callbacks = [*callbacks, validation]
+    from grpo.interrupt import stop_callback
+
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
@@ -568,7 +561,8 @@ def build_trainer(
         processing_class=tokenizer,
         peft_config=peft_config,
         rollout_func=rollout,
-        callbacks=[marker, printer, *callbacks],
+        # the stop callback last: its save request follows the step's other callbacks
+        callbacks=[marker, printer, *callbacks, stop_callback("train")],
     )
     trainer.remove_callback(PrinterCallback)  # ProgressPrinter prints a compact line instead
     if validation is not None:
@@ -609,6 +603,9 @@ def train(
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(bundle.resume_from) if bundle.resume_from else None)
     seconds = time.perf_counter() - start
+    from grpo.interrupt import check_stopped
+
+    check_stopped("train")  # a first Ctrl-C / SIGTERM: the checkpoint of this step is on disk
 
     if trainer.use_vllm:
         # the engine last synced before the final optimizer step: push the final weights so an

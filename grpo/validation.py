@@ -311,11 +311,20 @@ def _vllm(g: GenerationConfig, stages: list[str]) -> None:
 
 
 def _resume(s: GrpoConfig) -> None:
+    if not {"train", "sft", "reward_model"} & set(s.stages):
+        _fail(
+            f"resume={s.resume} needs a training stage: add train (or sft, reward_model) to stages "
+            "(e.g. stages=[train,eval])"
+        )
+    if "sft" in s.stages or "reward_model" in s.stages:
+        return  # a run interrupted in an earlier stage has no GRPO checkpoint yet (grpo/resume.py)
     if "train" not in s.stages:
-        _fail(f"resume={s.resume} needs the train stage: add train to stages (e.g. stages=[train,eval])")
+        return
     from grpo.checkpoints import latest_checkpoint
+    from grpo.resume import checkpoint_in_chain
 
-    latest_checkpoint(s.resume)  # UserError when there is nothing complete to resume from
+    if checkpoint_in_chain(s.resume, "train") is None:
+        latest_checkpoint(s.resume)  # UserError: nothing complete to resume from
 
 
 def _eval(e: EvalConfig) -> None:
@@ -457,11 +466,6 @@ def _sft(s: GrpoConfig) -> None:
         _fail(
             f"sft.lora=true trains an adapter shaped by model.lora: model.lora.r={lora.r} and alpha={lora.alpha} "
             f"must be positive, dropout={lora.dropout} in [0, 1), target_modules non-empty"
-        )
-    if s.resume:
-        _fail(
-            f"resume={s.resume} with sft in stages: the resumed run continues from its checkpoint, its SFT is done; "
-            "drop sft from stages and load that SFT model (model.source=pretrained model.path=<that run>/sft)"
         )
 
 

@@ -106,7 +106,12 @@ def test_resume_after_sigkill_continues_at_the_same_step(tmp_path):
     )
     # same data-order settings as the killed run (read back from its .hydra/config.yaml)
     assert resume_drift(cfg, run1) == []
-    changed = load_settings([*RUN, "seed=8", "trainer.num_generations=2", f"resume={run1}"])
+    # a resume refuses such changes (tests/test_interrupt_resume.py); forced, they are reported
+    with pytest.raises(UserError, match="seed: 7 -> 8; trainer.num_generations: 4 -> 2"):
+        load_settings([*RUN, "seed=8", "trainer.num_generations=2", f"resume={run1}"])
+    changed = load_settings(
+        [*RUN, "seed=8", "trainer.num_generations=2", f"resume={run1}", "resume_force=true"]
+    )
     assert resume_drift(changed, run1) == [
         "trainer.num_generations: 4 -> 2",
         "trainer.seed: 7 -> 8",

@@ -279,7 +279,7 @@ def test_sft_config_rules(overrides, message):
         check(load_settings(["+env=alphabet_sort", *overrides]))
 
 
-def test_a_resumed_run_does_not_redo_its_sft(tmp_path):
+def test_a_resume_with_sft_in_stages_passes_the_checks(tmp_path):
     from grpo.checkpoints import mark_checkpoint_complete
 
     checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-2"
@@ -289,8 +289,14 @@ def test_a_resumed_run_does_not_redo_its_sft(tmp_path):
     mark_checkpoint_complete(checkpoint, 2)
     resumed = ["+env=alphabet_sort", f"resume={tmp_path / 'run'}"]
     check(load_settings([*resumed, "stages=[train,eval]"]))
-    with pytest.raises(UserError, match="with sft in stages: the resumed run continues from its checkpoint"):
-        check(load_settings([*resumed, "stages=[sft,train,eval]"]))
+    # the sft stage reuses the resumed run's SFT, or continues it (tests/test_interrupt_resume.py)
+    check(load_settings([*resumed, "stages=[sft,train,eval]"]))
+    # without a GRPO checkpoint, a run interrupted during its SFT can still be resumed
+    empty = tmp_path / "interrupted_in_sft"
+    empty.mkdir()
+    check(load_settings(["+env=alphabet_sort", f"resume={empty}", "stages=[sft,eval,train,eval]"]))
+    with pytest.raises(UserError, match="no complete checkpoint"):
+        check(load_settings(["+env=alphabet_sort", f"resume={empty}", "stages=[train,eval]"]))
 
 
 def test_valid_sft_configs_pass():

@@ -64,7 +64,7 @@ RULES = [
     (["generation=vllm_server"], "generation=vllm_server needs vLLM: pip install 'grpo[vllm]'"),
     (["generation=openai", "generation.model=m"], "generation=openai is evaluation only"),
     (["resume=/nonexistent/run"], "resume=/nonexistent/run: no such directory"),
-    (["resume=/tmp", "stages=[eval]"], "resume=/tmp needs the train stage"),
+    (["resume=/tmp", "stages=[eval]"], "resume=/tmp needs a training stage"),
     # a path on random weights would be silently ignored
     (["model.path=/data/Qwen3-0.6B"], "model.path=/data/Qwen3-0.6B is not used with model.source=random"),
     (

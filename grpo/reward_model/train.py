@@ -31,9 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo.checkpoints import STAGE_CHECKPOINT_DIRS, marker_callback
 from grpo.config import GrpoConfig
 from grpo.errors import UserError
 from grpo.files import write_json_atomic
+from grpo.interrupt import check_stopped, stop_callback
 from grpo.reward_model import HELDOUT_PAIRS_FILE, METRICS_FILE, TRAIN_PAIRS_FILE
 from grpo.reward_model.calibration import Calibration
 from grpo.reward_model.data import (
@@ -287,9 +289,14 @@ def _log(tracker: Any, metrics: dict[str, float], step: int) -> None:
 
 
 def train_reward_model(
-    settings: GrpoConfig, out_dir: str | os.PathLike[str], tracker: Any = None
+    settings: GrpoConfig,
+    out_dir: str | os.PathLike[str],
+    tracker: Any = None,
+    resume_from: Path | None = None,
 ) -> RMResult:
-    """Train the run's reward model into `out_dir` (see the module docstring); returns its metrics."""
+    """Train the run's reward model into `out_dir` (see the module docstring); returns its metrics.
+    `resume_from`: a checkpoint of an interrupted run's reward_model stage to continue from (Ctrl-C
+    / SIGTERM stop the stage at a step boundary with one, in <run_dir>/reward_model_checkpoints)."""
     rm = settings.reward_model
     out = Path(out_dir)
     start = time.perf_counter()
@@ -330,20 +337,23 @@ def train_reward_model(
     )
     _log(tracker, initial.to_metrics(), 0)
 
-    args = reward_config(settings, out / "trainer")
+    checkpoints = out.parent / STAGE_CHECKPOINT_DIRS["reward_model"]
+    args = reward_config(settings, checkpoints)
     trainer = RewardTrainer(
         model=model,
         args=args,
         train_dataset=_dataset(train_pairs, encoder, heads),
         processing_class=tokenizer,
         data_collator=_collator(tokenizer.pad_token_id, per_language),
-        callbacks=_callbacks(tracker),
+        # a signal stops it at a step boundary with a checkpoint a resume continues from
+        callbacks=[*_callbacks(tracker), marker_callback(), stop_callback("reward_model")],
     )
     trainer.remove_callback(PrinterCallback)  # RMLog prints a compact line instead
-    trainer.train()
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    check_stopped("reward_model")
     model = trainer.model
     with contextlib.suppress(OSError):
-        (out / "trainer").rmdir()  # save_strategy=no leaves TRL's output dir empty
+        checkpoints.rmdir()  # save_strategy=no: only an interrupted stage leaves a checkpoint there
     step = int(trainer.state.global_step)
 
     scorer.model = model

@@ -15,7 +15,9 @@ before TRL sees them.
 
 Saving: the model, the tokenizer (chat template included) and sft_meta.json, written last, go to
 <run_dir>/sft.partial; every file is fsynced and the dir is renamed to <run_dir>/sft. A dir named
-sft is always complete; an error or Ctrl-C before the rename removes the partial dir. The trained
+sft is always complete; an error before the rename removes the partial dir. Ctrl-C / SIGTERM
+stop at a step boundary with a trainer checkpoint in <run_dir>/sft_checkpoints (grpo/interrupt.py);
+`resume=<run_dir>` continues the SFT from it (grpo/resume.py). The trained
 model's config then names <run_dir>/sft, so GRPO's reference model (beta > 0 without LoRA) and a
 colocated vLLM engine load the SFT weights, and a later run loads them with
 `model.source=pretrained model.path=<run_dir>/sft`.
@@ -39,10 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo.checkpoints import STAGE_CHECKPOINT_DIRS, marker_callback
 from grpo.config import GrpoConfig
 from grpo.envs.base import Environment
 from grpo.errors import UserError
 from grpo.files import fsync_dir, write_json_atomic
+from grpo.interrupt import check_stopped, stop_callback
 from grpo.sft import META_FILE, METRIC_PREFIX
 from grpo.sft.data import Demonstration, load_demonstrations
 from grpo.sft.replay import Example, build_examples
@@ -192,7 +196,8 @@ def build_sft_trainer(
         train_dataset=sft_dataset(examples),
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=_callbacks(tracker),
+        # a signal stops it at a step boundary with a checkpoint a resume continues from
+        callbacks=[*_callbacks(tracker), marker_callback(), stop_callback("sft")],
     )
     trainer.remove_callback(PrinterCallback)  # SftProgress prints a compact line instead
     return trainer
@@ -217,9 +222,11 @@ def train_sft(
     model: Any = None,
     tokenizer: Any = None,
     tracker: Any = None,
+    resume_from: Path | None = None,
 ) -> SftResult:
     """Fine-tune the policy on the stage's demonstrations and save it to `out_dir` (see the module
-    docstring). `model` / `tokenizer`: the run's policy if already loaded, else settings.model's."""
+    docstring). `model` / `tokenizer`: the run's policy if already loaded, else settings.model's.
+    `resume_from`: an SFT checkpoint of an interrupted run to continue from."""
     start = time.perf_counter()
     demos = load_demonstrations(settings, env)  # every data error surfaces here, before any model
     if model is None or tokenizer is None:
@@ -232,8 +239,10 @@ def train_sft(
     print(f"[sft] {_header(settings, env, examples)}", flush=True)
     try:
         with _quiet_progress_bars():
-            trainer = build_sft_trainer(settings, model, tokenizer, examples, partial / "trainer", tracker)
-            trainer.train()
+            checkpoints = out.parent / STAGE_CHECKPOINT_DIRS["sft"]
+            trainer = build_sft_trainer(settings, model, tokenizer, examples, checkpoints, tracker)
+            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+        check_stopped("sft")
         model = trainer.model
         if settings.sft.lora:
             model = model.merge_and_unload()  # a plain model: what model.path loads and GRPO wraps
@@ -258,6 +267,8 @@ def train_sft(
             with _quiet_progress_bars():
                 save_sft_model(model, tokenizer, meta, out)
         trainer.accelerator.wait_for_everyone()  # every rank may load <run_dir>/sft next (reference model)
+        with contextlib.suppress(OSError):
+            checkpoints.rmdir()  # only an interrupted SFT leaves a checkpoint there
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # nothing half-written is left behind
         raise

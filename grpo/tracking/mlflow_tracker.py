@@ -68,6 +68,8 @@ class MlflowTracker:
         self.experiment_id: str | None = None
         self.resumed = False
         self._last_step = 0
+        # a resumed run: metric name -> the last step the run already has a value for
+        self._logged: dict[str, int] = {}
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -81,6 +83,7 @@ class MlflowTracker:
             with_retry(self.client.set_tag, run_id, f"{P.TAG_PREFIX}resumed_in", str(self.run_dir))
             self.resumed = True
             run = with_retry(self.client.get_run, run_id)
+            self._logged = self._last_logged_steps(run)
         else:
             if sweep is not None:  # the children of a sweep live in their parent's experiment
                 experiment_id = sweep.experiment_id
@@ -111,7 +114,11 @@ class MlflowTracker:
             return False
         status = _status(exc)
         try:
-            if status != "FINISHED" and exc is not None:
+            step = getattr(exc, "step", None)
+            if isinstance(exc, KeyboardInterrupt) and step is not None:  # grpo.interrupt.Interrupted
+                tags = {"interrupted_at_step": step, "interrupted_by": str(exc).split()[0]}
+                self._log_tags({f"{P.TAG_PREFIX}{k}": str(v) for k, v in tags.items()})
+            elif status != "FINISHED" and exc is not None:
                 message = " ".join(f"{type(exc).__name__}: {exc}".split())
                 with_retry(self.client.set_tag, self.run_id, f"{P.TAG_PREFIX}error", P.tag_value(message))
             if self.settings.tracking.log_plots:
@@ -155,6 +162,9 @@ class MlflowTracker:
             for k, v in metrics.items()
             if v is not None and not isinstance(v, bool)
         ]
+        # one value per step: a resumed run replays the steps after its checkpoint; the values the
+        # interrupted process logged for them stay (MLflow cannot delete metric points)
+        entities = [m for m in entities if m.step > self._logged.get(m.key, -1)]
         for start in range(0, len(entities), MAX_METRICS_PER_BATCH):
             with_retry(
                 self.client.log_batch, self.run_id, metrics=entities[start : start + MAX_METRICS_PER_BATCH]
@@ -222,6 +232,15 @@ class MlflowTracker:
                 with_retry(self.client.log_artifact, self.run_id, str(f), "plots")
 
     # ---- helpers ---------------------------------------------------------------------------------
+
+    def _last_logged_steps(self, run: Any) -> dict[str, int]:
+        """Per metric of a run being resumed, the last step it has a value for."""
+        return {
+            key: max(
+                (m.step for m in with_retry(self.client.get_metric_history, run.info.run_id, key)), default=-1
+            )
+            for key in run.data.metrics
+        }
 
     def _sweep(self, job: JobInfo | None) -> SweepInfo | None:
         """The parent run of this sweep job, if the sweep callback created one in the same store."""

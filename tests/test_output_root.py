@@ -1,0 +1,174 @@
+"""An output location the run cannot write (read-only, impossible, full) or an unwritable MLflow
+store is one line on stderr with exit code 2, before any model is loaded; `--cfg` creates nothing.
+Real `python -m grpo` processes: they stop in the preflight, about a second each."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from grpo.cli import load_settings
+from grpo.errors import UserError
+from grpo.output_check import check_writable_outputs
+
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+# the run would evaluate the tiny model if the check let it through; it must stop before that
+RUN = ["+env=alphabet_sort", "stages=[eval]", "eval.num_examples=1"]
+
+
+def grpo(cwd: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GRPO_OUTPUT_ROOT", "MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR")
+    }
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.run(
+        [sys.executable, "-m", "grpo", *overrides],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], path: Path | str) -> str:
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert str(path) in lines[0]
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@contextlib.contextmanager
+def read_only_dir(path: Path) -> Iterator[Path]:
+    """A folder nothing can be written in. Root writes through file modes, so as root it is a
+    read-only tmpfs mounted there; otherwise mode 0o555."""
+    path.mkdir()
+    if not IS_ROOT:
+        path.chmod(0o555)
+        try:
+            yield path
+        finally:
+            path.chmod(0o755)
+        return
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro", "none", str(path)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs as root: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_output_root_under_a_regular_file(tmp_path):
+    (tmp_path / "afile").write_text("not a folder\n")
+    bad = tmp_path / "afile" / "out"
+    line = assert_one_line_error(grpo(tmp_path, *RUN, f"output_root={bad}"), bad)
+    assert "cannot create it" in line and "Not a directory" in line
+
+
+def test_output_root_in_proc(tmp_path):
+    bad = "/proc/grpo-test/out"
+    line = assert_one_line_error(grpo(tmp_path, *RUN, f"output_root={bad}"), bad)
+    assert "cannot create it" in line
+
+
+def test_read_only_output_root(tmp_path):
+    with read_only_dir(tmp_path / "ro") as ro:
+        line = assert_one_line_error(grpo(tmp_path, *RUN, f"output_root={ro}"), ro)
+        # the folder exists, so the write itself is refused
+        assert "not writable" in line
+        bad = ro / "out"
+        line = assert_one_line_error(grpo(tmp_path, *RUN, f"output_root={bad}"), bad)
+        assert "cannot create it" in line
+
+
+def test_read_only_mlflow_store(tmp_path):
+    out = tmp_path / "out"
+    with read_only_dir(tmp_path / "ro") as ro:
+        db = ro / "mlflow.db"
+        result = grpo(tmp_path, *RUN, f"output_root={out}", "tracking=mlflow", f"tracking.uri=sqlite:///{db}")
+        line = assert_one_line_error(result, db)
+        assert line.startswith(f"error: MLflow store {db}: not writable")
+    # the writable output root passed its check; nothing was trained, so nothing else is there
+    assert out.is_dir() and not any(out.iterdir())
+
+
+def test_full_output_root(tmp_path):
+    if not IS_ROOT:
+        pytest.skip("mounting a small tmpfs needs root")
+    full = tmp_path / "full"
+    full.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8k", "none", str(full)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs as root: {mounted.stderr.strip()}")
+    try:
+        with contextlib.suppress(OSError), open(full / "fill", "wb", buffering=0) as fill:
+            while True:
+                fill.write(b"\0" * 4096)
+        line = assert_one_line_error(grpo(tmp_path, *RUN, f"output_root={full}"), full)
+        assert "No space left on device" in line
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+
+
+@pytest.mark.parametrize("output_root", ["afile/out", "new/out"])
+def test_printing_the_config_checks_and_creates_nothing(tmp_path, output_root):
+    (tmp_path / "afile").write_text("not a folder\n")
+    before = sorted(tmp_path.rglob("*"))
+    result = grpo(tmp_path, *RUN, f"output_root={output_root}", "--cfg", "job")
+    assert result.returncode == 0, result.stderr
+    assert f"output_root: {output_root}" in result.stdout
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+# ---- in process: what the check leaves behind ----------------------------------------------------
+
+
+def test_a_writable_output_root_is_created_and_left_empty(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    root = tmp_path / "a" / "b"
+    check_writable_outputs(load_settings(["+env=alphabet_sort", f"output_root={root}", "tracking=mlflow"]))
+    assert root.is_dir() and not any(root.iterdir())
+
+
+def test_an_existing_store_is_opened_but_not_changed(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    db = tmp_path / "mlflow.db"
+    db.write_bytes(b"SQLite format 3\0")
+    before = db.stat()
+    check_writable_outputs(
+        load_settings(["+env=alphabet_sort", f"output_root={tmp_path}", "tracking=mlflow"])
+    )
+    after = db.stat()
+    assert db.read_bytes() == b"SQLite format 3\0"
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+
+
+def test_a_store_path_that_is_a_folder_is_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "mlflow.db").mkdir()
+    settings = load_settings(["+env=alphabet_sort", f"output_root={tmp_path}", "tracking=mlflow"])
+    with pytest.raises(UserError, match=r"^MLflow store .*mlflow\.db: not writable \(Is a directory\)$"):
+        check_writable_outputs(settings)
+
+
+def test_a_tracking_server_and_tracking_none_touch_no_store(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for overrides in (["tracking=none"], ["tracking=mlflow", "tracking.uri=http://127.0.0.1:9"]):
+        settings = load_settings(["+env=alphabet_sort", f"output_root={tmp_path}", *overrides])
+        check_writable_outputs(settings)
+    assert not any(tmp_path.iterdir())

@@ -51,7 +51,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             with handle_signals():
                 return run_stages(settings, run_dir)
         except Interrupted as ex:
-            print(interrupted_line(ex, run_dir, list(HydraConfig.get().overrides.task)), file=sys.stderr)
+            # after a newline: a progress bar may hold the current line
+            print(
+                "\n" + interrupted_line(ex, run_dir, list(HydraConfig.get().overrides.task)), file=sys.stderr
+            )
             sys.exit(ex.exit_code)
 
 
@@ -60,7 +63,7 @@ def interrupted_line(ex: BaseException, run_dir: Path, overrides: list[str]) -> 
     from grpo.resume import resumable
 
     stage, step = getattr(ex, "stage", None), getattr(ex, "step", None)
-    if stage == "train":
+    if stage == "train" and step is not None:
         where = f"at step {step}"
     else:
         where = f"during {stage or 'the run'}" + (f" at its step {step}" if stage and step else "")

@@ -55,6 +55,8 @@ class StopRequest:
     stage: str | None = None
     # the last step a trainer finished, for the message of an immediate stop
     step: int | None = None
+    # the stage the run is in (eval, ...), to name it when a signal stops it at once
+    phase: str | None = None
 
     def interrupted(self) -> Interrupted:
         return Interrupted(self.signum or signal.SIGINT, self.stage, self.step)
@@ -89,7 +91,7 @@ def handle_signals() -> Iterator[StopRequest]:
             )
             return
         stop.signum = stop.signum or signum
-        raise Interrupted(signum, stop.stage, stop.step, at_once=True)
+        raise Interrupted(signum, stop.stage or stop.phase, stop.step, at_once=True)
 
     previous = {s: signal.getsignal(s) for s in SIGNALS}
     for s in SIGNALS:
@@ -101,6 +103,12 @@ def handle_signals() -> Iterator[StopRequest]:
         _current = None
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def enter_stage(stage: str) -> None:
+    """Name the stage the run is in (for the line of a signal that stops it at once)."""
+    if _current is not None:
+        _current.phase = stage
 
 
 def stop_callback(stage: str, save: bool = True) -> Any:

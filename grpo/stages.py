@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo.config import GrpoConfig
+from grpo.interrupt import enter_stage
 
 # the reward_model stage's output dir under the run dir
 RM_DIR = "reward_model"
@@ -90,6 +91,7 @@ def run_stages(settings: GrpoConfig, run_dir: Path | None = None) -> float | Non
     with tracker:
         tracker.log_config(settings)
         for stage in settings.stages:
+            enter_stage(stage)
             if stage == "eval" and _baseline_done(settings, results):
                 # the run being resumed already logged its baseline (to the same MLflow run)
                 print("resume: skipping the baseline evaluation (the resumed run has it)")

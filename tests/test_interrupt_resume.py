@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -322,3 +323,24 @@ def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_complete_checkpoint(tm
     resumed = _grpo(tmp_path, f"resume={run_dir}", f"trainer.max_steps={checkpoint_step(latest) + 1}",
                     f"hydra.run.dir={tmp_path / 'resumed'}")  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
+def test_ctrl_c_outside_training_stops_at_once_and_says_what_to_run(tmp_path):
+    overrides = ["+env=alphabet_sort", "stages=[eval]", "eval.num_examples=200", "tracking=none"]
+    with open(tmp_path / "out.log", "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "grpo", *overrides], stdout=out, stderr=subprocess.PIPE, text=True,
+            env=_env(tmp_path), cwd=tmp_path,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while "evaluating" not in (tmp_path / "out.log").read_text():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130
+    assert err.strip().splitlines()[-1] == (
+        "interrupted during eval; nothing to resume yet, run again with: python -m grpo "
+        + shlex.join(overrides)
+    )
+    assert "Traceback" not in err

@@ -17,7 +17,15 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from grpo.cli import exit_on_user_error, preflight, run_config
-from grpo.config import register_schema, to_settings
+from grpo.config import GrpoConfig, register_schema, to_settings
+from grpo.distributed import (
+    adopt_submitit_tasks,
+    follower_overrides,
+    is_main,
+    publish_run_dir,
+    wait_for_run_dir,
+    world_size,
+)
 from grpo.files import register_new_dir_resolver
 
 register_schema()
@@ -30,16 +38,21 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
     from grpo.interrupt import Interrupted, handle_signals
 
+    adopt_submitit_tasks()  # a data-parallel submitit job: each task is one rank
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     with exit_on_user_error():
         if cfg.get("resume"):
             cfg = run_config(cfg, list(HydraConfig.get().overrides.task))
-            # what this run really uses: a resume of this run starts from it
-            from grpo.files import write_text_atomic
+            # what this run really uses: a resume of this run starts from it (ranks > 0 save nothing)
+            subdir = HydraConfig.get().output_subdir
+            if subdir is not None:
+                from grpo.files import write_text_atomic
 
-            write_text_atomic(
-                run_dir / HydraConfig.get().output_subdir / "config.yaml", OmegaConf.to_yaml(cfg)
-            )
+                write_text_atomic(run_dir / subdir / "config.yaml", OmegaConf.to_yaml(cfg))
+        if world_size() > 1 and is_main():
+            from grpo.tracking.store import output_root
+
+            publish_run_dir(output_root(to_settings(cfg)), run_dir)
         from grpo.validation import check_once
 
         settings = to_settings(cfg)
@@ -51,10 +64,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             with handle_signals():
                 return run_stages(settings, run_dir)
         except Interrupted as ex:
-            # after a newline: a progress bar may hold the current line
-            print(
-                "\n" + interrupted_line(ex, run_dir, list(HydraConfig.get().overrides.task)), file=sys.stderr
-            )
+            if is_main():  # one line per run, not per process
+                # after a newline: a progress bar may hold the current line
+                line = interrupted_line(ex, run_dir, list(HydraConfig.get().overrides.task))
+                print("\n" + line, file=sys.stderr)
             sys.exit(ex.exit_code)
 
 
@@ -74,8 +87,27 @@ def interrupted_line(ex: BaseException, run_dir: Path, overrides: list[str]) -> 
 
 
 def main() -> None:
-    preflight(sys.argv[1:])
+    settings = preflight(sys.argv[1:])
+    if world_size() > 1 and not is_main() and settings is not None:
+        sys.argv += _follower_overrides(sys.argv[1:], settings)
     _hydra_main()
+
+
+def _follower_overrides(argv: list[str], settings: GrpoConfig) -> list[str]:
+    """Ranks > 0 of a multi-process launch: rank 0's run dir (grpo/distributed.py)."""
+    from grpo.cli import fail
+    from grpo.errors import UserError
+    from grpo.tracking.store import output_root
+
+    if "-m" in argv or "--multirun" in argv:
+        fail("a multirun sweep under torchrun / accelerate launch: sweep with a Hydra launcher instead")
+    if any(a.startswith("hydra.run.dir=") for a in argv):
+        return follower_overrides(None)
+    try:
+        return follower_overrides(wait_for_run_dir(output_root(settings)))
+    except UserError as ex:
+        fail(str(ex))
+        raise
 
 
 if __name__ == "__main__":

@@ -203,8 +203,10 @@ def _options_if_group(key: str) -> list[str]:
     return group_options(key)
 
 
-def preflight(argv: Sequence[str]) -> None:
-    """Check the command line before Hydra runs it; exit 2 with one line on a problem."""
+def preflight(argv: Sequence[str]) -> GrpoConfig | None:
+    """Check the command line before Hydra runs it; exit 2 with one line on a problem. Returns the
+    (first job's) settings, None when Hydra is left to answer alone (help, --info, argparse errors,
+    HYDRA_FULL_ERROR=1)."""
     # Hydra has no public way to split a command line into its flags and overrides; this private
     # import is the project's only use of Hydra internals
     from hydra._internal.utils import get_args_parser
@@ -212,11 +214,11 @@ def preflight(argv: Sequence[str]) -> None:
     try:
         args, _ = get_args_parser().parse_known_args(list(argv))
     except SystemExit:
-        return  # argparse already explained; Hydra will too
+        return None  # argparse already explained; Hydra will too
     if any(getattr(args, flag, False) for flag in _HYDRA_INFO_FLAGS):
-        return
+        return None
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        return  # the user asked for Hydra's own full errors
+        return None  # the user asked for Hydra's own full errors
     from grpo.output_check import check_writable_outputs
 
     try:
@@ -226,3 +228,4 @@ def preflight(argv: Sequence[str]) -> None:
             check_writable_outputs(settings)
     except UserError as ex:
         fail(str(ex))
+    return settings

@@ -404,6 +404,10 @@ class GenerationConfig:
     port: int = 8000
     # vllm_colocate: share of GPU memory vLLM may take (weights + KV cache)
     gpu_memory_utilization: float = 0.3
+    # hf, several processes: every rank makes the same number of generate() calls per turn (ranks
+    # whose episodes ended run idle turns), which a collective generate needs; null = when the
+    # parameters are sharded (FSDP, ZeRO-3 without ds3_gather_for_generation), true / false force it
+    lockstep: bool | None = None
     # backend extras: openai sends them in every request body (e.g. top_k for a vLLM server);
     # vllm_colocate reads max_model_length, tensor_parallel_size
     extra: dict[str, Any] = field(default_factory=dict)

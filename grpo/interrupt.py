@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from grpo.distributed import any_rank, is_main
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -83,6 +85,8 @@ def handle_signals() -> Iterator[StopRequest]:
     def handler(signum: int, frame: Any) -> None:
         if stop.signum is None and stop.stage is not None:
             stop.signum = signum
+            if not is_main():
+                return
             print(
                 f"\n[grpo] {signal.Signals(signum).name}: stopping after step {(stop.step or 0) + 1} of "
                 f"{stop.stage} with a checkpoint (send it again to stop at once)",
@@ -128,6 +132,9 @@ def stop_callback(stage: str, save: bool = True) -> Any:
             if stop is None:
                 return
             stop.step = state.global_step
+            # every rank stops at the same step when any one got the signal (grpo/distributed.py)
+            if any_rank(stop.signum is not None) and stop.signum is None:
+                stop.signum = signal.SIGTERM
             if stop.signum is not None and state.global_step < state.max_steps:
                 control.should_save = save or control.should_save
                 control.should_training_stop = True

@@ -24,7 +24,7 @@ the endpoint reports them (environment turns are not counted).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,6 +177,7 @@ def run_rollouts(
     sampling: Sampling,
     max_completion_tokens: int | None = None,
     progress: bool = False,
+    any_rank_active: Callable[[bool], bool] | None = None,
 ) -> list[Rollout]:
     """Run `rollouts_per_row` episodes of every row, all conversations advancing together.
 
@@ -185,6 +186,11 @@ def run_rollouts(
     min(sampling.max_tokens_per_turn, budget left) new tokens, and an episode that would continue
     with no budget left ends with truncated=True. With `sampling.seed` set, the same inputs give
     the same rollouts.
+
+    `any_rank_active(local)` (lockstep, several processes): called once per turn on every rank, it
+    says whether any rank still has an active episode. Turns go on until none has; a rank whose
+    episodes all ended calls `backend.idle_turn(sampling)` instead, so every rank makes the same
+    number of generate() calls (a collective under FSDP / ZeRO-3).
     """
     if rollouts_per_row < 1:
         raise UserError(f"rollouts per row must be >= 1, got {rollouts_per_row}")
@@ -202,7 +208,14 @@ def run_rollouts(
     bar = _progress_bar(len(episodes)) if progress else None
     turn = 0
     try:
-        while active := [e for e in episodes if not e.done]:
+        while True:
+            active = [e for e in episodes if not e.done]
+            if any_rank_active is not None and any_rank_active(bool(active)) and not active:
+                backend.idle_turn(sampling)  # type: ignore[attr-defined]
+                turn += 1
+                continue
+            if not active:
+                break
             requests = [
                 _request(e, i, turn, sampling, max_completion_tokens, token_level)
                 for i, e in zip(_indices(episodes, active), active, strict=True)

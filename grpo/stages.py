@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo.config import GrpoConfig
+from grpo.distributed import is_main
 from grpo.interrupt import enter_stage
 
 # the reward_model stage's output dir under the run dir
@@ -95,6 +96,13 @@ def run_stages(settings: GrpoConfig, run_dir: Path | None = None) -> float | Non
             if stage == "eval" and _baseline_done(settings, results):
                 # the run being resumed already logged its baseline (to the same MLflow run)
                 print("resume: skipping the baseline evaluation (the resumed run has it)")
+            elif stage == "eval" and not is_main():
+                pass  # evaluations run on rank 0 only (grpo/distributed.py)
+            elif stage == "eval" and results.train is not None and results.train.sharded:
+                print(
+                    "eval: skipped after ZeRO-3 / FSDP training (each process holds a shard): evaluate the "
+                    f"checkpoint in one process, python -m grpo stages=[eval] model.path={results.train.checkpoint_dir}"
+                )
             elif stage == "eval":
                 _eval_stage(settings, env, run_dir, tracker, results)
             elif stage == "train":

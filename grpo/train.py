@@ -60,6 +60,7 @@ from grpo.checkpoints import (
     resume_drift,
 )
 from grpo.config import OPTIMIZERS, VLLM_MODES, GenerationConfig, GrpoConfig, ModelConfig
+from grpo.distributed import any_rank, barrier, is_main, rank, world_size
 from grpo.resume import checkpoint_in_chain
 from grpo.train_monitors import LanguageScore, batch_monitors, compact
 
@@ -86,6 +87,8 @@ class TrainResult:
     val_rewards: dict[int, float] = field(default_factory=dict)
     # trainer.keep_best: the checkpoint with the best validation reward (None without one)
     best: BestCheckpoint | None = None
+    # trained under ZeRO-3 or FSDP: each process holds a shard of `model` (no in-process evaluation)
+    sharded: bool = False
 
 
 # ---- dataset and prompt -> row mapping ---------------------------------------------------------
@@ -179,8 +182,11 @@ class EnvRolloutFunc:
             seed=None,  # the global RNG, which transformers checkpoints and restores on resume
         )
         budget = int(trainer.max_completion_length)
+        lockstep = self._lockstep(trainer)
         with self.policy_backend(trainer) as backend:
-            rollouts = self._run(rows, group, backend, sampling, budget)
+            if lockstep:
+                backend.lockstep = True  # hf (vLLM generates for all ranks itself)
+            rollouts = self._run(rows, group, backend, sampling, budget, any_rank if lockstep else None)
         self.last_rollouts = rollouts
         # a third-party env need not have has_answer (then: no format-failure monitor)
         has_answer = getattr(self.env, "has_answer", None)
@@ -233,12 +239,37 @@ class EnvRolloutFunc:
             rows.append(self.index.row_for(prompts[start]))
         return rows
 
-    def _run(self, rows: list[Any], group: int, backend: Any, sampling: Any, budget: int) -> list[Any]:
+    def _run(
+        self,
+        rows: list[Any],
+        group: int,
+        backend: Any,
+        sampling: Any,
+        budget: int,
+        any_rank_active: Callable[[bool], bool] | None = None,
+    ) -> list[Any]:
         from grpo.rollout import run_rollouts
 
         return run_rollouts(
-            self.env, rows, backend, rollouts_per_row=group, sampling=sampling, max_completion_tokens=budget
+            self.env,
+            rows,
+            backend,
+            rollouts_per_row=group,
+            sampling=sampling,
+            max_completion_tokens=budget,
+            any_rank_active=any_rank_active,
         )
+
+    def _lockstep(self, trainer: Any) -> bool:
+        """Whether every rank must make the same generate() calls (generation.lockstep; null: when
+        generate is a collective, i.e. sharded parameters not gathered for generation)."""
+        if trainer.use_vllm or world_size() <= 1:
+            return False
+        if self.gen_cfg.lockstep is not None:
+            return bool(self.gen_cfg.lockstep)
+        if getattr(trainer, "is_fsdp_enabled", False):
+            return True
+        return _sharded(trainer) and not trainer.args.ds3_gather_for_generation
 
     def _vllm_backend(self, trainer: Any) -> Any:
         from grpo.generation.vllm import trainer_backend
@@ -442,8 +473,10 @@ def _ensure_loadable(model: Any, tokenizer: Any, model_cfg: ModelConfig, run_dir
     if name and (Path(name).is_dir() or model_cfg.source == "pretrained"):
         return
     out = run_dir / INITIAL_MODEL_DIR
-    model.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
+    if is_main():  # one writer; every rank holds the same seeded initial weights
+        model.save_pretrained(str(out))
+        tokenizer.save_pretrained(str(out))
+    barrier()  # the process group exists once the trainer's arguments are made
     # the reference copy is loaded from config._name_or_path, the vLLM engine from name_or_path
     model.config._name_or_path = str(out)
     model.name_or_path = str(out)
@@ -454,13 +487,18 @@ def _needs_model_path(settings: GrpoConfig, peft_config: Any) -> bool:
     return reference_copy or settings.generation.backend == "vllm_colocate"
 
 
+def _processes() -> str:
+    """ ", on each of N processes" in a data-parallel run (the global batch is N times larger)."""
+    return f" on each of {world_size()} processes" if world_size() > 1 else ""
+
+
 def _header(settings: GrpoConfig, env: Any, resume_from: Path | None) -> str:
     t, o = settings.trainer, settings.optimizer
     prompts = t.per_device_batch_completions // t.num_generations
     text = (
         f"env {env.name} | model {settings.model.name} | {t.max_steps} steps x {t.gradient_accumulation_steps} "
         f"micro-batch(es) of {t.per_device_batch_completions} completions ({prompts} prompts x "
-        f"{t.num_generations}) | loss {t.loss_type}, beta {t.beta}, scale {t.scale_rewards} | "
+        f"{t.num_generations}){_processes()} | loss {t.loss_type}, beta {t.beta}, scale {t.scale_rewards} | "
         f"{o.name} lr {o.lr:g} | generation {settings.generation.backend}"
     )
     return text + (f" | from {resume_from}" if resume_from else "")
@@ -615,6 +653,12 @@ def train(
         trainer.vllm_generation.sync_weights()
         use_trainer_engine(trainer.vllm_generation, trainer.eos_token_ids)
     latest = next((c for c in checkpoints_of(bundle.output_dir) if is_complete_checkpoint(c)), None)
+    if world_size() > 1:
+        # one line per process: data parallelism leaves every rank with the same weights
+        print(
+            f"[train] rank {rank()}/{world_size()}: weights checksum {weights_checksum(trainer.model)}",
+            flush=True,
+        )
     return TrainResult(
         global_step=int(trainer.state.global_step),
         metrics=dict(bundle.printer.last),
@@ -626,7 +670,30 @@ def train(
         log_history=list(trainer.state.log_history),
         val_rewards=dict(bundle.validation.rewards) if bundle.validation is not None else {},
         best=best_checkpoint(bundle.output_dir) if settings.trainer.keep_best else None,
+        sharded=_sharded(trainer),
     )
+
+
+def _sharded(trainer: Any) -> bool:
+    """ZeRO-3 or FSDP: each process holds only a shard of the parameters."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        return True
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return bool(
+        getattr(trainer, "is_deepspeed_enabled", False) and plugin is not None and plugin.zero_stage == 3
+    )
+
+
+def weights_checksum(model: Any) -> str:
+    """A checksum of a model's parameters (sum and sum of squares in float64, in a fixed order):
+    equal weights give equal text on every process."""
+    import torch
+
+    with torch.no_grad():
+        params = [p.detach().double() for _, p in sorted(model.named_parameters())]
+        total = sum(float(p.sum()) for p in params)
+        squares = sum(float((p * p).sum()) for p in params)
+    return f"{total:.17g}/{squares:.17g}"
 
 
 def checkpoint_policy(result: TrainResult, checkpoint: Path, model_cfg: ModelConfig) -> tuple[Any, Any]:

@@ -5,6 +5,7 @@ the sweep presets shipping in the package (conf/sweep -> ../sweeps)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -262,3 +263,68 @@ def test_sweep_presets_ship_in_the_wheel(tmp_path):
     for preset in (REPO / "sweeps").glob("*.yaml"):
         assert f"grpo/conf/sweep/{preset.name}" in names
     assert "grpo/tracking/sweep.py" in names and "grpo/compare.py" in names
+
+
+@pytest.mark.slow
+def test_submitit_local_sweep_logs_children_under_one_parent(tmp_path):
+    # each job in its own process started by submitit (+launcher=submitit_local, gpus_per_node=0)
+    proc = run(["-m", *tiny(stages="[eval]"), "+launcher=submitit_local", "seed=1,2"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parent, children = the_sweep(store(tmp_path))
+    assert parent.info.status == "FINISHED"
+    assert sorted(c.info.run_name for c in children) == ["seed=1", "seed=2"]
+    assert all(c.info.status == "FINISHED" and "eval/eval/mean" in c.data.metrics for c in children)
+    assert len(list(tmp_path.glob("multirun/*/*/.submitit"))) == 1  # the jobs really went through submitit
+
+
+@pytest.mark.slow
+def test_submitit_local_failing_job_fails_its_child_and_the_parent(tmp_path):
+    # the second job's model is a hub id, which cannot load offline: it fails inside its process
+    proc = run(
+        ["-m", *tiny(stages="[eval]"), "+launcher=submitit_local", "model=tiny,qwen2_5_0_5b_instruct"],
+        tmp_path,
+    )
+    assert proc.returncode != 0
+    parent, children = the_sweep(store(tmp_path))
+    statuses = {c.info.run_name: c.info.status for c in children}
+    assert statuses == {"model=tiny": "FINISHED", "model=qwen2_5_0_5b_instruct": "FAILED"}
+    assert parent.info.status == "FAILED" and parent.data.tags["grpo.sweep.failed_jobs"] == "1"
+
+
+@pytest.mark.parametrize("preset", ["submitit_local", "slurm", "slurm_multigpu", "ray_local", "ray_cluster"])
+def test_launcher_presets_compose(preset):
+    """Every launcher preset composes with the project's config (the Ray ones need the ray extra,
+    which pulls ray and pins cloudpickle<3, so CI has only the submitit plugin installed)."""
+    if preset.startswith("ray"):
+        pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="pip install 'grpo[ray]'")
+    cfg = compose(["+env=alphabet_sort", f"+launcher={preset}"], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    if preset.startswith("ray"):
+        assert launcher._target_.endswith("RayLauncher") and "address" in launcher.ray.init
+    else:
+        kind = "LocalLauncher" if preset == "submitit_local" else "SlurmLauncher"
+        assert launcher._target_.endswith(kind)
+        assert launcher.timeout_min > 0 and launcher.tasks_per_node >= 1
+    if preset == "slurm_multigpu":
+        assert launcher.tasks_per_node == launcher.gpus_per_node > 1  # one rank per GPU
+
+
+@pytest.mark.slow
+def test_submitit_job_of_two_tasks_trains_data_parallel(tmp_path):
+    # what +launcher=slurm_multigpu does on a cluster, on CPU: each job is 2 submitit tasks, each
+    # task one rank (the torch distributed environment exported from submitit's), DDP over gloo
+    args = ["-m", *tiny(stages="[train,eval]", batch=4), "+launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
+            "seed=1,2"]  # fmt: skip
+    env_cpu = dict(os.environ, ACCELERATE_USE_CPU="true")
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo", *args, f"output_root={tmp_path}"],
+        cwd=tmp_path, env=env_cpu, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parent, children = the_sweep(store(tmp_path))
+    assert parent.info.status == "FINISHED" and len(children) == 2  # one MLflow run per job, not per task
+    assert all(c.info.status == "FINISHED" for c in children)
+    logs = "".join(p.read_text() for p in tmp_path.glob("multirun/*/*/.submitit/*/*_log.out"))
+    sums = re.findall(r"\[train\] rank (\d)/2: weights checksum (\S+)", logs)
+    assert sorted(r for r, _ in sums) == ["0", "0", "1", "1"]
+    assert len({c for _, c in sums}) == 2  # the two ranks of a job agree; the two jobs differ

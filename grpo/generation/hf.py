@@ -58,6 +58,9 @@ class HFBackend(ChatTokenizerSide):
         self.eos_token_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad) if pad is not None else min(self.eos_token_ids)
+        # several processes in lockstep (run_rollouts' any_rank_active): one generate() call per
+        # turn, each synced across ranks (generate continues until every rank's rows are done)
+        self.lockstep = False
 
     # ---- generation ---------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenRequest], sampling: Sampling) -> list[GenResult]:
@@ -70,7 +73,7 @@ class HFBackend(ChatTokenizerSide):
                 raise ValueError(f"max_new_tokens must be >= 1, got {r.max_new_tokens}")
         # Chunks of similar prompt length waste less compute on padding.
         order = list(range(len(requests)))
-        size = self.batch_size or len(requests)
+        size = len(requests) if self.lockstep else (self.batch_size or len(requests))
         if size < len(requests):
             order.sort(key=lambda i: len(requests[i].prompt_ids or ()))
         results: list[GenResult | None] = [None] * len(requests)
@@ -90,6 +93,24 @@ class HFBackend(ChatTokenizerSide):
             if was_training:
                 self.model.train()
         return [r for r in results if r is not None]
+
+    def idle_turn(self, sampling: Sampling) -> None:
+        """A generate() call with nothing to generate, for a rank whose episodes have ended while
+        others still generate (lockstep): one pad-token prompt, one new token, result dropped."""
+        device = self._device
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                self.model.generate(
+                    input_ids=torch.full((1, 1), self.pad_token_id, dtype=torch.long, device=device),
+                    attention_mask=torch.ones((1, 1), dtype=torch.long, device=device),
+                    generation_config=self._generation_config(sampling, 1),
+                    synced_gpus=True,
+                )
+        finally:
+            if was_training:
+                self.model.train()
 
     @property
     def _device(self) -> torch.device:
@@ -114,6 +135,7 @@ class HFBackend(ChatTokenizerSide):
             generation_config=self._generation_config(sampling, max(limits)),
             logits_processor=LogitsProcessorList(processors),
             stopping_criteria=StoppingCriteriaList([stop]),
+            **({"synced_gpus": True} if self.lockstep else {}),
         )
         generated = sequences[:, width:]
         logprobs = recorder.finish(generated)

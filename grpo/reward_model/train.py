@@ -33,6 +33,7 @@ from typing import Any
 
 from grpo.checkpoints import STAGE_CHECKPOINT_DIRS, marker_callback
 from grpo.config import GrpoConfig
+from grpo.distributed import barrier, is_main, print_main
 from grpo.errors import UserError
 from grpo.files import write_json_atomic
 from grpo.interrupt import check_stopped, stop_callback
@@ -329,7 +330,7 @@ def train_reward_model(
     heads = {lang: i for i, lang in enumerate(languages)} if per_language else None
     scorer = PairScorer(model, encoder, languages, per_language, rm.training.score_batch_size)
     initial = scorer.metrics(heldout)
-    print(
+    print_main(
         f"[reward_model] {len(train_pairs)} train / {len(heldout)} held-out pairs in {', '.join(languages)} | "
         f"backbone {rm.backbone.name} ({rm.backbone.source}) | tag {bool(cond.tag_token)}, "
         f"per-language heads {per_language} | held-out accuracy at init: {_format_accuracy(initial)}",
@@ -379,11 +380,13 @@ def train_reward_model(
         "final": final.to_json(),
     }
     write_json_atomic(out / METRICS_FILE, report)
-    save_reward_model(model, tokenizer, meta, calibration, out)
+    if is_main():  # one writer; every rank holds the same trained weights
+        save_reward_model(model, tokenizer, meta, calibration, out)
+    barrier()  # a later train stage on any rank loads it
     _log(tracker, final.to_metrics(), step)
     if tracker is not None:
         _log_files(tracker, out)
-    print(
+    print_main(
         f"[reward_model] {step} steps in {seconds:.1f} s | held-out accuracy {final.overall_accuracy:.3f} "
         f"({_format_accuracy(final)}), loss {final.overall_loss:.4f} | saved to {out}",
         flush=True,

@@ -43,6 +43,7 @@ from typing import Any
 
 from grpo.checkpoints import STAGE_CHECKPOINT_DIRS, marker_callback
 from grpo.config import GrpoConfig
+from grpo.distributed import print_main
 from grpo.envs.base import Environment
 from grpo.errors import UserError
 from grpo.files import fsync_dir, write_json_atomic
@@ -236,7 +237,7 @@ def train_sft(
     examples = prepare_examples(settings, env, demos, model, tokenizer)
     out = Path(out_dir).resolve()
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
-    print(f"[sft] {_header(settings, env, examples)}", flush=True)
+    print_main(f"[sft] {_header(settings, env, examples)}", flush=True)  # rank 0 only
     try:
         with _quiet_progress_bars():
             checkpoints = out.parent / STAGE_CHECKPOINT_DIRS["sft"]
@@ -280,7 +281,7 @@ def train_sft(
         if tracker is not None:
             _log_files(tracker, out)
         loss, accuracy = metrics.get("loss", math.nan), metrics.get("mean_token_accuracy", math.nan)
-        print(
+        print_main(
             f"[sft] {step} steps in {seconds:.1f} s | loss {loss:.4f} | token accuracy {accuracy:.3f} | "
             f"saved to {out}",
             flush=True,

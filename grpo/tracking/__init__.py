@@ -59,8 +59,11 @@ class NullTracker:
 
 
 def make_tracker(settings: GrpoConfig, run_dir: Path) -> Any:
-    """The tracker of this run: MlflowTracker for tracking=mlflow, NullTracker for tracking=none."""
-    if settings.tracking.backend == "none":
+    """The tracker of this run: MlflowTracker for tracking=mlflow, NullTracker for tracking=none
+    and on every process but rank 0 of a multi-process run (one MLflow run, not N)."""
+    from grpo.distributed import is_main
+
+    if settings.tracking.backend == "none" or not is_main():
         return NullTracker()
     from grpo.tracking.mlflow_tracker import MlflowTracker
 

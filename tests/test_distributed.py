@@ -1,0 +1,210 @@
+"""Data parallel training in real processes: torchrun (and accelerate launch) start two CPU ranks
+that train over gloo. One run dir, one MLflow run, the same weights on every rank, multi-turn
+rollouts in lockstep, and a resume of a two-process run by a two-process run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from grpo.checkpoints import checkpoints_of, is_complete_checkpoint
+from grpo.distributed import follower_overrides, publish_run_dir, rendezvous_file, wait_for_run_dir
+from grpo.errors import UserError
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = [
+    "+env=char_target",
+    "env.num_train_examples=64",
+    "stages=[train,eval]",
+    "eval.num_examples=2",
+    "eval.rollouts_per_example=2",
+    "trainer.num_generations=4",
+    "trainer.per_device_batch_completions=8",
+    "trainer.beta=0",
+    "trainer.max_completion_length=16",
+    "generation.max_tokens_per_turn=16",
+    "optimizer.lr=1e-3",
+    "seed=5",
+]
+# a process that hangs in a collective is stopped here instead of stalling the suite
+TIMEOUT_S = 420
+
+
+def _env(root: Path) -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", GRPO_OUTPUT_ROOT=str(root), OMP_NUM_THREADS="1")
+    env["ACCELERATE_USE_CPU"] = "true"
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def _torchrun(root: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "grpo",
+    ]
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, env=_env(root), cwd=root, timeout=TIMEOUT_S
+    )
+
+
+def _checksums(stdout: str) -> dict[int, str]:
+    return {int(r): c for r, c in re.findall(r"\[train\] rank (\d)/2: weights checksum (\S+)", stdout)}
+
+
+def _runs(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "runs").glob("*/*") if p.is_dir())
+
+
+def test_rank_zero_publishes_the_run_dir_the_others_follow(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "launch-1")
+    with pytest.raises(UserError, match="rank 0 did not publish the run dir"):
+        wait_for_run_dir(tmp_path, timeout=0.2)
+    publish_run_dir(tmp_path, tmp_path / "runs" / "a")
+    assert wait_for_run_dir(tmp_path) == tmp_path / "runs" / "a"
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "launch-2")  # another launch never reads it
+    assert rendezvous_file(tmp_path) != tmp_path / ".rendezvous" / "launch-1.json"
+    assert follower_overrides(tmp_path / "r") == [f"hydra.run.dir={tmp_path / 'r'}", "hydra.output_subdir=null",
+                                                  "hydra/job_logging=stdout"]  # fmt: skip
+
+
+def test_two_processes_train_one_run_with_the_same_weights(tmp_path):
+    done = _torchrun(tmp_path, *TRAIN, "trainer.max_steps=3")
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    # both ranks end with the same weights
+    sums = _checksums(done.stdout)
+    assert sorted(sums) == [0, 1] and sums[0] == sums[1], done.stdout[-2000:]
+    # one run dir, written by rank 0 only: one checkpoint dir, one evaluation, one .hydra
+    runs = _runs(tmp_path)
+    assert len(runs) == 1, runs
+    run_dir = runs[0]
+    assert [c.name for c in checkpoints_of(run_dir)] == ["checkpoint-3"]
+    assert is_complete_checkpoint(run_dir / "checkpoints" / "checkpoint-3")
+    assert (run_dir / "eval_final" / "results.jsonl").is_file()
+    assert done.stdout.count("--- Evaluation (final) ---") == 1
+    assert done.stdout.count("[train] step 3/3") == 1  # console lines from rank 0 only
+    assert "on each of 2 processes" in done.stdout
+    # one MLflow run, with a value at every step
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiments = client.search_experiments()
+    runs_logged = client.search_runs([e.experiment_id for e in experiments])
+    assert len(runs_logged) == 1
+    run = runs_logged[0]
+    assert json.loads((run_dir / "mlflow_run.json").read_text())["run_id"] == run.info.run_id
+    assert run.info.status == "FINISHED"
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/reward")) == [1, 2, 3]
+
+
+def test_multi_turn_rollouts_keep_the_ranks_in_lockstep(tmp_path):
+    # episodes of 1-3 turns: the ranks' batches end after different numbers of turns, and every
+    # generate() is synced across ranks (generation.lockstep=true); a rank that stopped calling it
+    # would leave the other waiting forever
+    done = _torchrun(
+        tmp_path,
+        "+env=alphabet_sort",
+        "stages=[train]",
+        "env.min_turns=1",
+        "env.max_turns=3",
+        "generation.lockstep=true",
+        "generation.max_tokens_per_turn=16",
+        "trainer.max_completion_length=512",
+        "trainer.max_steps=4",
+        "tracking=none",
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    sums = _checksums(done.stdout)
+    assert sorted(sums) == [0, 1] and sums[0] == sums[1]
+
+
+def test_a_two_process_run_resumes_a_two_process_run(tmp_path):
+    first = tmp_path / "first"
+    done = _torchrun(tmp_path, *TRAIN, "stages=[train]", "trainer.max_steps=2", "trainer.save_steps=1",
+                     f"hydra.run.dir={first}")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert is_complete_checkpoint(first / "checkpoints" / "checkpoint-2")
+
+    resumed = _torchrun(tmp_path, f"resume={first}", "trainer.max_steps=4")
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "resumed at step 2" in resumed.stdout
+    sums = _checksums(resumed.stdout)
+    assert sorted(sums) == [0, 1] and sums[0] == sums[1]
+    second = [r for r in _runs(tmp_path)]
+    assert len(second) == 1  # the resumed run's own folder, shared by both ranks
+    assert is_complete_checkpoint(second[0] / "checkpoints" / "checkpoint-4")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = json.loads((first / "mlflow_run.json").read_text())["run_id"]
+    assert json.loads((second[0] / "mlflow_run.json").read_text())["run_id"] == run_id
+    assert sorted(m.step for m in client.get_metric_history(run_id, "train/reward")) == [1, 2, 3, 4]
+
+
+def test_accelerate_launch_with_the_shipped_cpu_config(tmp_path):
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(ROOT / "accelerate" / "cpu_ddp.yaml"),
+               "-m", "grpo", *TRAIN, "stages=[train]", "trainer.max_steps=2", "tracking=none"]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=_env(tmp_path), cwd=tmp_path, timeout=TIMEOUT_S
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    sums = _checksums(done.stdout)
+    assert sorted(sums) == [0, 1] and sums[0] == sums[1]
+    assert len(_runs(tmp_path)) == 1
+
+
+@pytest.mark.parametrize("name", ["ddp", "zero2", "zero3", "fsdp2", "cpu_ddp"])
+def test_shipped_accelerate_configs_load(name):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(ROOT / "accelerate" / f"{name}.yaml"))
+    expected = {
+        "ddp": "MULTI_GPU",
+        "zero2": "DEEPSPEED",
+        "zero3": "DEEPSPEED",
+        "fsdp2": "FSDP",
+        "cpu_ddp": "MULTI_GPU",
+    }
+    assert str(config.distributed_type).split(".")[-1] == expected[name]
+    if name.startswith("zero"):
+        assert config.deepspeed_config["zero_stage"] == int(name[-1])
+    if name == "fsdp2":
+        assert config.fsdp_config["fsdp_version"] == 2
+
+
+def test_ctrl_c_on_torchrun_stops_both_ranks_at_one_checkpoint(tmp_path):
+    import signal
+    import time
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "grpo",
+               *TRAIN, "stages=[train]", "trainer.max_steps=500"]  # fmt: skip
+    log = tmp_path / "out.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.PIPE, text=True, env=_env(tmp_path), cwd=tmp_path
+        )
+        deadline = time.monotonic() + TIMEOUT_S
+        while "step 2/" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=TIMEOUT_S)[1]
+    assert proc.returncode != 0
+    lines = re.findall(r"interrupted at step (\d+); resume with: python -m grpo resume=(\S+)", err)
+    assert len(lines) == 1, err[-3000:]  # one line for the run, from rank 0
+    step, run_dir = int(lines[0][0]), Path(lines[0][1])
+    assert [c.name for c in checkpoints_of(run_dir)] == [f"checkpoint-{step}"]
+    assert is_complete_checkpoint(run_dir / "checkpoints" / f"checkpoint-{step}")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
+    assert client.get_run(run_id).info.status == "KILLED"

@@ -323,8 +323,25 @@ def _resume(s: GrpoConfig) -> None:
     from grpo.checkpoints import latest_checkpoint
     from grpo.resume import checkpoint_in_chain
 
-    if checkpoint_in_chain(s.resume, "train") is None:
+    checkpoint = checkpoint_in_chain(s.resume, "train")
+    if checkpoint is None:
         latest_checkpoint(s.resume)  # UserError: nothing complete to resume from
+        return
+    _same_processes(s, checkpoint)
+
+
+def _same_processes(s: GrpoConfig, checkpoint: Path) -> None:
+    """A checkpoint holds one RNG state per process (rng_state.pth, or rng_state_<rank>.pth): the
+    data order and the sampling continue only with as many processes as wrote it."""
+    from grpo.distributed import world_size
+
+    wrote = len(list(checkpoint.glob("rng_state_*.pth"))) or len(list(checkpoint.glob("rng_state.pth")))
+    if wrote and wrote != world_size():
+        how = f"torchrun --nproc_per_node={wrote} -m grpo" if wrote > 1 else "python -m grpo (one process)"
+        _fail(
+            f"resume={s.resume}: {checkpoint.name} was written by {wrote} process(es), this run has "
+            f"{world_size()}; resume it with as many: {how} resume={s.resume}"
+        )
 
 
 def _eval(e: EvalConfig) -> None:

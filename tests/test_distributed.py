@@ -208,3 +208,22 @@ def test_ctrl_c_on_torchrun_stops_both_ranks_at_one_checkpoint(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
     assert client.get_run(run_id).info.status == "KILLED"
+
+
+def test_a_resume_needs_as_many_processes_as_wrote_the_checkpoint(tmp_path, monkeypatch):
+    from grpo.checkpoints import mark_checkpoint_complete
+    from grpo.cli import load_settings
+    from grpo.validation import check
+
+    checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text('{"global_step": 2}')
+    for name in ("model.safetensors", "rng_state_0.pth", "rng_state_1.pth"):
+        (checkpoint / name).write_bytes(b"x")
+    mark_checkpoint_complete(checkpoint, 2)
+    settings = load_settings(["+env=char_target", f"resume={tmp_path / 'run'}", "stages=[train]"])
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(UserError, match=r"written by 2 process\(es\), this run has 1; .*--nproc_per_node=2"):
+        check(settings)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    check(settings)

@@ -1,8 +1,10 @@
 """Ctrl-C and SIGTERM: stop at a step boundary with a checkpoint, then exit 130 / 143.
 
-    with handle_signals() as stop:        # the entry point, around the whole run
-        ...
-        callbacks = [stop_callback(stop)]  # each training stage (GRPO, SFT, reward model)
+    with handle_signals():                         # the entry point, around the whole run
+        enter_stage("eval")                        # stages.py, before each stage
+        callbacks = [..., stop_callback("train")]  # each training stage (train, sft, reward_model)
+        trainer.train()
+        check_stopped("train")                     # raises Interrupted after a graceful stop
 
 The first SIGINT or SIGTERM while a trainer runs only sets `stop.signum`: the trainer finishes its
 current step, saves a checkpoint (marked complete as any other, grpo/checkpoints.py), and the stage
@@ -60,9 +62,6 @@ class StopRequest:
     # the stage the run is in (eval, ...), to name it when a signal stops it at once
     phase: str | None = None
 
-    def interrupted(self) -> Interrupted:
-        return Interrupted(self.signum or signal.SIGINT, self.stage, self.step)
-
 
 # the run's stop request (one run per process); None outside `handle_signals`
 _current: StopRequest | None = None
@@ -115,10 +114,10 @@ def enter_stage(stage: str) -> None:
         _current.phase = stage
 
 
-def stop_callback(stage: str, save: bool = True) -> Any:
-    """A transformers TrainerCallback for `stage`: at each step end, after a first signal, it asks
-    the trainer to save (when `save`) and stop. `check_stopped(stage, trainer)` after train()
-    raises Interrupted. Without `handle_signals` around the run it does nothing."""
+def stop_callback(stage: str) -> Any:
+    """A transformers TrainerCallback for `stage`: at each step end, after a first signal (on any
+    rank), it asks the trainer to save a checkpoint and stop; `check_stopped(stage)` after train()
+    then raises Interrupted. Without `handle_signals` around the run it does nothing."""
     from transformers import TrainerCallback
 
     class StopAtStepEnd(TrainerCallback):
@@ -136,7 +135,7 @@ def stop_callback(stage: str, save: bool = True) -> Any:
             if any_rank(stop.signum is not None) and stop.signum is None:
                 stop.signum = signal.SIGTERM
             if stop.signum is not None and state.global_step < state.max_steps:
-                control.should_save = save or control.should_save
+                control.should_save = True
                 control.should_training_stop = True
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -20,6 +20,7 @@ from grpo.cli import exit_on_user_error, preflight, run_config
 from grpo.config import GrpoConfig, register_schema, to_settings
 from grpo.distributed import (
     adopt_submitit_tasks,
+    close_group,
     follower_overrides,
     is_main,
     publish_run_dir,
@@ -69,6 +70,8 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                 line = interrupted_line(ex, run_dir, list(HydraConfig.get().overrides.task))
                 print("\n" + line, file=sys.stderr)
             sys.exit(ex.exit_code)
+        finally:
+            close_group()  # several processes: no abort at exit
 
 
 def interrupted_line(ex: BaseException, run_dir: Path, overrides: list[str]) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -148,3 +149,15 @@ def _has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def close_group() -> None:
+    """Tear the process group down before the process exits: a gloo group left to interpreter
+    shutdown can abort the process ("terminate called without an active exception"), notably on a
+    rank that finishes first while rank 0 still evaluates. Local, no collective."""
+    if world_size() <= 1 or "torch" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -5,13 +5,13 @@ rollouts in lockstep, and a resume of a two-process run by a two-process run."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from grpo_process import CHAR_TARGET_TRAIN, process_env
 from mlflow.tracking import MlflowClient
 
 from grpo.checkpoints import checkpoints_of, is_complete_checkpoint
@@ -22,17 +22,10 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = [
-    "+env=char_target",
-    "env.num_train_examples=64",
+    *CHAR_TARGET_TRAIN,
     "stages=[train,eval]",
     "eval.num_examples=2",
     "eval.rollouts_per_example=2",
-    "trainer.num_generations=4",
-    "trainer.per_device_batch_completions=8",
-    "trainer.beta=0",
-    "trainer.max_completion_length=16",
-    "generation.max_tokens_per_turn=16",
-    "optimizer.lr=1e-3",
     "seed=5",
 ]
 # a process that hangs in a collective is stopped here instead of stalling the suite
@@ -40,10 +33,7 @@ TIMEOUT_S = 420
 
 
 def _env(root: Path) -> dict[str, str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", GRPO_OUTPUT_ROOT=str(root), OMP_NUM_THREADS="1")
-    env["ACCELERATE_USE_CPU"] = "true"
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return env
+    return process_env(root, ACCELERATE_USE_CPU="true")  # accelerate: gloo on CPU processes
 
 
 def _torchrun(root: Path, *args: str) -> subprocess.CompletedProcess:

@@ -12,7 +12,6 @@ real signals, a real MLflow SQLite store.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import signal
@@ -23,31 +22,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from grpo_process import CHAR_TARGET_TRAIN, process_env
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
 from grpo.checkpoints import checkpoint_step, is_complete_checkpoint, latest_checkpoint
 from grpo.files import claim_new_dir
 
-RUN = [
-    "+env=char_target",
-    "env.num_train_examples=64",
-    "trainer.num_generations=4",
-    "trainer.per_device_batch_completions=8",
-    "trainer.beta=0",
-    "trainer.max_completion_length=16",
-    "generation.max_tokens_per_turn=16",
-    "trainer.save_steps=50",
-    "optimizer.lr=1e-3",
-    "seed=7",
-]
+RUN = [*CHAR_TARGET_TRAIN, "trainer.save_steps=50", "seed=7"]
 MAX_STEPS = 16
 
 
 def _env(root: Path) -> dict[str, str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", GRPO_OUTPUT_ROOT=str(root), OMP_NUM_THREADS="1")
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return env
+    return process_env(root)
 
 
 def _grpo(root: Path, *args: str) -> subprocess.CompletedProcess:

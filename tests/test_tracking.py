@@ -27,7 +27,16 @@ from grpo.evaluate import EvalResult
 from grpo.tracking import NullTracker, make_tracker
 from grpo.tracking.mlflow_tracker import RUN_FILE, eval_scores, render_messages, sample_table
 from grpo.tracking.params import config_params, safe_name, varied_overrides
-from grpo.tracking.store import make_client, metric_curve, tracking_uri, with_retry
+from grpo.tracking.store import (
+    EXPERIMENT_KIND_TAG,
+    MODEL_TRAINING_KIND,
+    experiment_url,
+    get_or_create_experiment,
+    make_client,
+    metric_curve,
+    tracking_uri,
+    with_retry,
+)
 from grpo.validation import check
 
 
@@ -184,6 +193,31 @@ def test_run_logs_params_metrics_evals_artifacts_and_plots(root):
     ]
     config_yaml = Path(client.download_artifacts(tracker.run_id, "config.yaml", str(root / "dl"))).read_text()
     assert "beta: 0.04" in config_yaml and "${" not in config_yaml  # resolved
+
+
+def test_experiments_open_on_the_runs_table(root, capsys):
+    """grpo's experiments carry MLflow's model-training kind (an older untagged one gets it, a
+    user's own choice stays), and the run's first line links the runs table of the UI."""
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    old = client.create_experiment("grpo-alphabet_sort")
+    mine = client.create_experiment("mine", tags={EXPERIMENT_KIND_TAG: "genai_development"})
+    tracker = make_tracker(_cfg(root), root / "runs" / "r1")
+    with tracker:
+        pass
+    assert tracker.experiment_id == old
+    assert client.get_experiment(old).tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
+    assert get_or_create_experiment(client, "mine", None) == mine
+    assert client.get_experiment(mine).tags[EXPERIMENT_KIND_TAG] == "genai_development"
+    new = get_or_create_experiment(client, "fresh", None)
+    assert client.get_experiment(new).tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.endswith(
+        f"runs table: http://127.0.0.1:5000/#/experiments/{old}?workflowType=machine_learning"
+    )
+    assert (
+        experiment_url("http://host:5001/", "7")
+        == "http://host:5001/#/experiments/7?workflowType=machine_learning"
+    )
 
 
 def test_an_exception_marks_the_run_failed_and_propagates(root):

@@ -33,6 +33,7 @@ from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
 from grpo.tracking.store import (
     artifact_location,
     experiment_name,
+    experiment_url,
     get_or_create_experiment,
     make_client,
     metric_curve,
@@ -103,7 +104,8 @@ class MlflowTracker:
         experiment = with_retry(self.client.get_experiment, self.experiment_id)
         verb = "resumed" if self.resumed else "logging to"
         print(
-            f"mlflow: {verb} run '{run.info.run_name}' ({self.run_id}) in experiment '{experiment.name}', {self.uri}"
+            f"mlflow: {verb} run '{run.info.run_name}' ({self.run_id}) in experiment '{experiment.name}', "
+            f"{self.uri}; runs table: {experiment_url(self.uri, self.experiment_id)}"
         )
         return self
 

@@ -33,6 +33,15 @@ DB_FILE = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"
 # total time a logging call keeps retrying a busy / unreachable store before giving up
 RETRY_BUDGET_S = 120.0
+# the experiment-kind tag MLflow 3's UI reads to open an experiment on its runs table (model
+# training) rather than on an empty GenAI traces overview; set on the experiments grpo creates
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING_KIND = "custom_model_development"
+# MLflow 3.17's UI shows the kind chosen by its GenAI / Model training switch (GenAI unless picked);
+# this URL query picks Model training, so a link opens on the runs table whatever the tag says
+UI_QUERY = "?workflowType=machine_learning"
+# where `mlflow ui` serves by default
+LOCAL_UI = "http://127.0.0.1:5000"
 
 
 def quiet_mlflow() -> None:
@@ -174,7 +183,12 @@ def get_or_create_experiment(client: MlflowClient, name: str, location: str | No
     experiment = with_retry(client.get_experiment_by_name, name)
     if experiment is None:
         try:
-            return with_retry(client.create_experiment, name, artifact_location=location)
+            return with_retry(
+                client.create_experiment,
+                name,
+                artifact_location=location,
+                tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND},
+            )
         except MlflowException as ex:
             # another job of the sweep created it a moment ago
             if (
@@ -186,7 +200,18 @@ def get_or_create_experiment(client: MlflowClient, name: str, location: str | No
             assert experiment is not None
     if experiment.lifecycle_stage == "deleted":
         with_retry(client.restore_experiment, experiment.experiment_id)
+    if EXPERIMENT_KIND_TAG not in experiment.tags:  # made before grpo set it; a user's choice stays
+        with_retry(
+            client.set_experiment_tag, experiment.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
+        )
     return experiment.experiment_id
+
+
+def experiment_url(uri: str, experiment_id: str) -> str:
+    """The UI page of an experiment's runs table: on the tracking server itself, or where
+    `mlflow ui` serves a SQLite store by default."""
+    base = uri.rstrip("/") if urlparse(uri).scheme in ("http", "https") else LOCAL_UI
+    return f"{base}/#/experiments/{experiment_id}{UI_QUERY}"
 
 
 def metric_curve(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:

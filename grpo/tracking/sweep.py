@@ -102,6 +102,7 @@ class SweepCallback(Callback):
         from grpo.tracking.store import (
             artifact_location,
             experiment_name,
+            experiment_url,
             get_or_create_experiment,
             make_client,
             output_root,
@@ -151,7 +152,8 @@ class SweepCallback(Callback):
             overrides=overrides,
         ).write(sweep_dir)
         print(
-            f"mlflow: sweep parent run '{run.info.run_name}' ({self._run_id}) in experiment '{name}', {uri}"
+            f"mlflow: sweep parent run '{run.info.run_name}' ({self._run_id}) in experiment '{name}', {uri}; "
+            f"runs table: {experiment_url(uri, experiment_id)}"
         )
 
     def _log_search_space(self, config: DictConfig, overrides: list[str]) -> None:

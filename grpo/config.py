@@ -447,6 +447,16 @@ class EvalConfig:
     seed: int | None = 0
     # print the per-example rewards table (rows = examples, columns = rollout index r0..r{r-1})
     show_examples: bool = True
+    # also save each evaluation as a Hugging Face dataset (save_to_disk) in <eval dir>/dataset, with
+    # vf-eval's columns: results.jsonl's plus answer and task, info as JSON text (grpo/eval_dataset.py)
+    save_dataset: bool = False
+    # push that dataset to this Hub dataset repo (namespace/name), one split per evaluation label
+    # (baseline, final, ...); saves it first (implies save_dataset). null = no push
+    push_to_hub: str | None = None
+    # the pushed repo is private unless false
+    hub_private: bool = True
+    # the environment variable holding the Hub token; unset = huggingface_hub's saved login
+    hub_token_env: str = "HF_TOKEN"
 
 
 @dataclass

@@ -108,6 +108,10 @@ class EvalResult:
     example_ids: list[Any] = field(default_factory=list)
     # score function name -> {"mean", "std", "count" (rollouts scored), "per_language": {code: mean}}
     scores: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the evaluation as a saved `datasets` dataset (eval.save_dataset), else None
+    dataset_path: Path | None = None
+    # the environment evaluated (the dataset's `task` column)
+    task: str = ""
 
     def to_metrics(self, prefix: str = "") -> dict[str, float]:
         """Flat metric names (MLflow-safe: no '@'), e.g. mean, std, func/<name>, func/<name>/std,
@@ -260,6 +264,8 @@ def format_report(result: EvalResult, header: dict[str, Any], show_examples: boo
         for example_id, row in zip(ids, result.rewards, strict=True):
             lines.append(f"  {str(example_id):>{id_width}}  " + "  ".join(f"{v:>6.3f}" for v in row))
     lines.append(f"saved: {result.results_path}")
+    if result.dataset_path is not None:
+        lines.append(f"dataset: {result.dataset_path} (datasets.load_from_disk)")
     return "\n".join(lines)
 
 
@@ -301,6 +307,7 @@ def evaluate(
         score_funcs=score_funcs,
         step=step,
         progress=True,
+        save_dataset=bool(ev.save_dataset or ev.push_to_hub),
     )
     header = _header(
         settings, env, len(rows), r, eval_sampling(settings), settings.trainer.max_completion_length
@@ -336,10 +343,12 @@ def evaluate_rows(
     score_funcs: Sequence[RewardFunc] = (),
     step: int | None = None,
     progress: bool = False,
+    save_dataset: bool = False,
 ) -> EvalResult:
     """`rollouts_per_example` rollouts of each of `rows`, sampled as eval.* says, scored and
-    summarised; results.jsonl and metadata.json go under `out_dir` (None: no files). Prints nothing
-    but the rollout engine's progress bar (`progress`)."""
+    summarised; results.jsonl and metadata.json go under `out_dir` (None: no files), and with
+    `save_dataset` the same rollouts as a dataset in <out_dir>/dataset (grpo/eval_dataset.py).
+    Prints nothing but the rollout engine's progress bar (`progress`)."""
     from grpo.rollout import run_rollouts
 
     r = int(rollouts_per_example)
@@ -372,9 +381,14 @@ def evaluate_rows(
     result = summarize(
         records, rubric, label, r, results_path, metadata_path, seconds, [f.name for f in score_funcs]
     )
+    result.task = env.name
     if out_dir is None:
         return result
     write_jsonl_atomic(results_path, records)
+    if save_dataset:
+        from grpo.eval_dataset import save_eval_dataset
+
+        result.dataset_path = save_eval_dataset(records, out_dir, env.name)
     metadata = {
         "label": label,
         "step": step,
@@ -398,6 +412,7 @@ def evaluate_rows(
         "time_s": seconds,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "results_file": RESULTS_FILE,
+        "dataset_dir": result.dataset_path.name if result.dataset_path is not None else None,
     }
     write_json_atomic(metadata_path, metadata)
     return result

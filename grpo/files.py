@@ -7,6 +7,10 @@ block ends without error the data is flushed and fsynced, the temporary file is 
 old file untouched. Two processes writing the same path each use their own temporary file, and
 the last rename wins whole.
 
+`replace_dir(partial, out)` does the same for a directory written whole elsewhere (a model, a
+saved dataset): its files are fsynced and it is renamed to `out`, an older `out` moved aside first
+and removed last, so a dir named `out` is never half-written.
+
 `claim_new_dir(path)` takes a fresh directory atomically (mkdir fails when it exists): two runs
 started in the same second, in one process or several, get different run folders.
 
@@ -58,6 +62,25 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[TextIO]:
     fsync_dir(path.parent)
 
 
+def replace_dir(partial: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
+    """Put the finished dir `partial` in place of `out` (see the module docstring)."""
+    import shutil
+
+    partial, out = Path(partial), Path(out)
+    for file in partial.rglob("*"):
+        if file.is_file():
+            with open(file, "rb") as fh:
+                os.fsync(fh.fileno())
+    old = out.with_name(out.name + ".old")
+    if out.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+    os.replace(partial, out)
+    fsync_dir(out.parent)
+    shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     with atomic_write(path) as fh:
         fh.write(text)
@@ -85,6 +108,16 @@ def to_json(obj: Any, **kwargs: Any) -> str:
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
     return write_text_atomic(path, to_json(obj, indent=2) + "\n")
+
+
+def read_jsonl(path: str | os.PathLike[str], limit: int | None = None) -> Iterator[Any]:
+    """The JSON values of a JSONL file's non-blank lines (the first `limit` lines only, if given)."""
+    with open(path, encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            if limit is not None and i >= limit:
+                break
+            if line.strip():
+                yield json.loads(line)
 
 
 def write_jsonl_atomic(path: str | os.PathLike[str], records: Iterable[Any]) -> Path:

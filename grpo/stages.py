@@ -157,6 +157,7 @@ def _eval_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, res
     tracker.log_eval(label, result, step=results.step)
     results.evals[label] = result
     results.objective = result.mean
+    _push_dataset(settings, result)
     best = results.train.best if results.train is not None else None
     if label == "final" and best is not None:
         if best.global_step != results.step:
@@ -199,6 +200,21 @@ def _eval_best(
     )
     tracker.log_eval("best", result, step=results.step)
     results.evals["best"] = result
+    _push_dataset(settings, result)
+
+
+def _push_dataset(settings: GrpoConfig, result: EvalResult) -> None:
+    """eval.push_to_hub: the saved evaluation dataset as split <label> of the Hub repo (after it
+    is written and logged: a failed push is one error line and loses nothing)."""
+    ev = settings.eval
+    if ev.push_to_hub is None or result.dataset_path is None:
+        return
+    from grpo.eval_dataset import push_eval_dataset
+
+    url = push_eval_dataset(
+        result.dataset_path, ev.push_to_hub, result.label, ev.hub_private, ev.hub_token_env
+    )
+    print(f"dataset: pushed the {result.label} evaluation to {url} (split {result.label})")
 
 
 def _train_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:

@@ -18,6 +18,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 from grpo.config import (
@@ -353,6 +354,17 @@ def _eval(e: EvalConfig) -> None:
         _fail(f"eval.temperature must be >= 0 (0 = greedy), got {e.temperature}")
     if not 0.0 < e.top_p <= 1.0:
         _fail(f"eval.top_p must be in (0, 1], got {e.top_p}")
+    if e.push_to_hub is not None:
+        from grpo.eval_dataset import HUB_REPO_PATTERN, hub_token
+
+        if not re.fullmatch(HUB_REPO_PATTERN, str(e.push_to_hub)):
+            _fail(f"eval.push_to_hub={e.push_to_hub}: expected a Hub dataset repo id, namespace/name")
+        if not e.hub_token_env:
+            _fail("eval.hub_token_env is empty: name the environment variable holding the Hub token")
+        if hub_token(e.hub_token_env) is None:
+            _fail(
+                f"eval.push_to_hub={e.push_to_hub}: no Hub token: set ${e.hub_token_env} or run `hf auth login`"
+            )
 
 
 def _validation_rows(s: GrpoConfig) -> None:

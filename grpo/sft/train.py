@@ -46,7 +46,7 @@ from grpo.config import GrpoConfig
 from grpo.distributed import print_main
 from grpo.envs.base import Environment
 from grpo.errors import UserError
-from grpo.files import fsync_dir, write_json_atomic
+from grpo.files import replace_dir, write_json_atomic
 from grpo.interrupt import check_stopped, stop_callback
 from grpo.sft import META_FILE, METRIC_PREFIX
 from grpo.sft.data import Demonstration, load_demonstrations
@@ -344,18 +344,8 @@ def save_sft_model(model: Any, tokenizer: Any, meta: dict[str, Any], out: Path) 
     model.save_pretrained(str(partial))
     tokenizer.save_pretrained(str(partial))
     files = sorted(str(p.relative_to(partial)) for p in partial.rglob("*") if p.is_file())
-    for name in files:
-        with open(partial / name, "rb") as fh:
-            os.fsync(fh.fileno())
     write_json_atomic(partial / META_FILE, {**meta, "files": files})
-    old = out.with_name(out.name + ".old")
-    if out.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-    os.replace(partial, out)
-    fsync_dir(out.parent)
-    shutil.rmtree(old, ignore_errors=True)
-    return out
+    return replace_dir(partial, out)
 
 
 def _log_files(tracker: Any, out: Path) -> None:

@@ -21,13 +21,13 @@ import logging
 import re
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from grpo.config import GrpoConfig
-from grpo.files import write_json_atomic
+from grpo.files import read_jsonl, write_json_atomic
 from grpo.tracking import params as P
 from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
 from grpo.tracking.store import (
@@ -180,6 +180,8 @@ class MlflowTracker:
         for path in (result.results_path, result.metadata_path):
             if path is not None and Path(path).is_file():
                 self.log_artifact(Path(path), f"eval/{label}")
+        if result.results_path is not None and Path(result.results_path).is_file():
+            self._log_eval_input(label, result)
         limit = self.settings.tracking.log_samples
         table_file = f"eval/{label}/samples.json"
         if self.resumed and any(
@@ -190,6 +192,29 @@ class MlflowTracker:
             table = sample_table(Path(result.results_path), list(result.per_function), limit)
             if table["reward"]:
                 with_retry(self.client.log_table, self.run_id, data=table, artifact_file=table_file)
+
+    def _log_eval_input(self, label: str, result: Any) -> None:
+        """The examples an evaluation ran on, as the run's dataset input (mlflow.data, context =
+        the evaluation label): the UI's Dataset column shows what each run was evaluated on, and
+        runs evaluated on the same rows share the dataset's digest."""
+        import warnings
+
+        import mlflow.data
+        import pandas as pd
+        from mlflow.entities import DatasetInput, InputTag
+
+        from grpo.eval_dataset import eval_input_rows
+
+        task = result.task or str((self.settings.env or {}).get("name", ""))
+        rows = eval_input_rows(list(read_jsonl(result.results_path)), task)
+        source = result.dataset_path or result.results_path
+        with warnings.catch_warnings():
+            # a local path matches two equivalent MLflow source kinds; example ids are never missing
+            warnings.filterwarnings("ignore", message="The specified dataset source")
+            warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
+            dataset = mlflow.data.from_pandas(pd.DataFrame(rows), source=str(source), name=f"{task}-eval")
+        entry = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", label)])
+        with_retry(self.client.log_inputs, self.run_id, datasets=[entry])
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or a directory (its contents) as artifacts of the run."""
@@ -399,22 +424,13 @@ def _last_user_message(prompt: Any) -> str:
     return render_messages(prompt)
 
 
-def _read_jsonl(path: Path, limit: int) -> Iterable[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if i >= limit:
-                break
-            if line.strip():
-                yield json.loads(line)
-
-
 def sample_table(results_path: Path, functions: list[str], limit: int) -> dict[str, list[Any]]:
     """The first `limit` rollouts of results.jsonl as table columns: the prompt's last user message,
     the completion, the total reward and each reward function's score."""
     columns = ["example_id", "rollout_index", "language", "prompt", "completion", "reward", *functions]
     columns += ["num_turns", "truncated"]
     table: dict[str, list[Any]] = {c: [] for c in columns}
-    for record in _read_jsonl(results_path, limit):
+    for record in read_jsonl(results_path, limit):
         table["example_id"].append(str(record.get("example_id", "")))
         table["rollout_index"].append(record.get("rollout_index"))
         table["language"].append(record.get("language"))

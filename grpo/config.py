@@ -431,6 +431,12 @@ class TrackingConfig:
     log_samples: int = 16
     # PNG plots at the end of a run: reward and KL over steps, baseline vs final eval per reward function
     log_plots: bool = True
+    # log the trained models through MLflow's transformers flavour, with tokenizer and chat template:
+    # the final policy (its LoRA adapter, or full weights) and a reward model the run trained
+    log_model: bool = False
+    # register them in the MLflow model registry: the policy as <name>, the reward model as
+    # <name>-reward-model (implies log_model); null = not registered
+    register_as: str | None = None
 
 
 @dataclass

@@ -111,6 +111,8 @@ def run_stages(settings: GrpoConfig, run_dir: Path | None = None) -> float | Non
                 _reward_model_stage(settings, run_dir, tracker, results)
             elif stage == "sft":
                 _sft_stage(settings, env, run_dir, tracker, results)
+        if settings.tracking.log_model or settings.tracking.register_as:
+            _log_models(settings, tracker, results)
         tracker.finish_run(results.objective)
     means = {label: result.mean for label, result in results.evals.items()}
     if "baseline" in means and "final" in means:
@@ -201,6 +203,26 @@ def _eval_best(
     tracker.log_eval("best", result, step=results.step)
     results.evals["best"] = result
     _push_dataset(settings, result)
+
+
+def _log_models(settings: GrpoConfig, tracker: Any, results: RunResults) -> None:
+    """tracking.log_model: the policy this run trained (GRPO, else SFT) and the reward model it
+    trained, as MLflow models of the run."""
+    if results.train is not None and results.train.sharded:
+        print(
+            "mlflow: the policy is not logged after ZeRO-3 / FSDP training (each process holds a shard); "
+            f"its checkpoint is {results.train.checkpoint_dir}"
+        )
+    elif (results.train is not None or results.sft is not None) and results.policy is not None:
+        # where the weights training started from live: a LoRA adapter's base is referenced there
+        start = str(results.sft.path) if results.sft is not None else settings.model.path
+        tracker.log_policy(results.policy.model, results.policy.tokenizer, start)
+    if results.reward_model is not None:
+        tracker.log_reward_model(results.reward_model.path)
+    if results.train is None and results.sft is None and results.reward_model is None:
+        print(
+            "mlflow: tracking.log_model: this run trained no model (stages without sft, train or reward_model)"
+        )
 
 
 def _push_dataset(settings: GrpoConfig, result: EvalResult) -> None:

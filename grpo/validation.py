@@ -507,3 +507,10 @@ def _tracking(t: TrackingConfig) -> None:
         check_uri(t.uri, field="tracking.uri")
     if t.log_samples < 0:
         _fail(f"tracking.log_samples must be >= 0 (0 = no sample table), got {t.log_samples}")
+    wants = (
+        "tracking.register_as" if t.register_as is not None else "tracking.log_model" if t.log_model else None
+    )
+    if wants and t.backend != "mlflow":
+        _fail(f"{wants} logs to MLflow: it needs tracking=mlflow, not tracking={t.backend}")
+    if t.register_as is not None and not str(t.register_as).strip():
+        _fail("tracking.register_as is empty: give the registered model a name, or null")

@@ -49,6 +49,12 @@ class NullTracker:
     def log_tags(self, tags: Mapping[str, Any]) -> None:
         pass
 
+    def log_policy(self, model: Any, tokenizer: Any, model_path: str | None) -> None:
+        pass
+
+    def log_reward_model(self, rm_dir: Path) -> None:
+        pass
+
     def trainer_callback(self) -> Any:
         from transformers import TrainerCallback
 

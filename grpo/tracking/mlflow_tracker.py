@@ -240,6 +240,27 @@ class MlflowTracker:
         self.log_metrics({"objective": float(objective)}, self._last_step)
         self._log_tags({f"{P.TAG_PREFIX}objective": repr(float(objective))})
 
+    def log_policy(self, model: Any, tokenizer: Any, model_path: str | None) -> None:
+        """The trained policy as an MLflow model of this run (grpo/tracking/models.py), registered
+        under tracking.register_as."""
+        from grpo.tracking.models import log_policy
+
+        register_as = self.settings.tracking.register_as
+        info = log_policy(
+            self.uri, self.experiment_id, self.run_id, model, tokenizer, model_path, self.run_dir, register_as
+        )
+        print(f"mlflow: logged the policy as {info.model_uri}{_registered(register_as, info)}")
+
+    def log_reward_model(self, rm_dir: Path) -> None:
+        """The trained reward model's dir as an MLflow model of this run, registered as
+        <tracking.register_as>-reward-model."""
+        from grpo.tracking.models import REWARD_MODEL_SUFFIX, log_reward_model
+
+        register_as = self.settings.tracking.register_as
+        info = log_reward_model(self.uri, self.experiment_id, self.run_id, Path(rm_dir), register_as)
+        name = f"{register_as}{REWARD_MODEL_SUFFIX}" if register_as else None
+        print(f"mlflow: logged the reward model as {info.model_uri}{_registered(name, info)}")
+
     def log_plots(self) -> None:
         """plots/train_curves.png (training and validation reward, KL over steps) and plots/eval_by_function.png
         (each evaluation's mean per reward function), from what the run holds in the store."""
@@ -422,6 +443,11 @@ def _last_user_message(prompt: Any) -> str:
             if isinstance(m, dict) and m.get("role") == "user":
                 return _text(m.get("content", ""))
     return render_messages(prompt)
+
+
+def _registered(name: str | None, info: Any) -> str:
+    version = getattr(info, "registered_model_version", None)
+    return f", registered as {name} version {version}" if name and version is not None else ""
 
 
 def sample_table(results_path: Path, functions: list[str], limit: int) -> dict[str, list[Any]]:

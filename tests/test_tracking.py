@@ -327,6 +327,10 @@ def test_train_metrics_names_and_values():
 
 def test_helpers():
     assert safe_name("eval/a@b:c") == "eval/a_b_c"
+    # Hydra writes a job's bools capitalised: a shared `x=false` is not a varied `x=False`
+    assert varied_overrides(["x=False", "+y=null", "seed=1"], ["x=false", "+y=null", "seed=0,1"]) == [
+        "seed=1"
+    ]
     assert varied_overrides(["+env=a", "lr=1e-06", "beta=0"], ["+env=a", "lr=1e-6,3e-6", "beta=0,1"]) == [
         "lr=1e-06",
         "beta=0",

@@ -91,8 +91,20 @@ def choice_tags(choices: Mapping[str, Any]) -> dict[str, str]:
 def varied_overrides(job_overrides: Sequence[str], sweep_overrides: Sequence[str]) -> list[str]:
     """The overrides that tell one sweep job from the others: those not given verbatim to the whole
     sweep (a sweep's `lr=1e-6,3e-6` becomes the job's `lr=1e-06`, a shared `+env=x` stays as is)."""
-    shared = set(sweep_overrides)
-    return [o for o in job_overrides if o not in shared]
+    shared = {_canonical(o) for o in sweep_overrides}
+    return [o for o in job_overrides if _canonical(o) not in shared]
+
+
+def _canonical(override: str) -> tuple[str, str] | str:
+    """An override as Hydra parses it, (key with its +/~ prefix, value): a sweep's `x=false` and
+    its job's `x=False` are one override. Unparsable text stays as it is."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        (parsed,) = OverridesParser.create().parse_overrides([override])
+    except Exception:  # noqa: BLE001 - any parse failure: compare the text
+        return override
+    return parsed.get_key_element(), repr(parsed.value())
 
 
 def git_commit(start: Path | None = None) -> str | None:

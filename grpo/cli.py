@@ -138,11 +138,16 @@ def check(overrides: list[str]) -> GrpoConfig:
     """Compose and check a command line; every problem is a UserError with one line. A sweep is
     checked job by job for every combination of its listed values (up to MAX_CHECKED_JOBS; beyond
     that, each value once, the other keys at their first value). Returns the first job's settings."""
+    return check_command(overrides)[0]
+
+
+def check_command(overrides: list[str]) -> tuple[GrpoConfig, DictConfig]:
+    """`check`, returning the first job's composed config too."""
     from grpo.validation import check_once
 
     plain, swept = _checkable_overrides(overrides)
-    jobs = [_settings([*plain, *job]) for job in _sweep_jobs(swept)]
-    for settings in jobs:
+    jobs = [_composed([*plain, *job]) for job in _sweep_jobs(swept)]
+    for settings, _ in jobs:
         check_once(settings)
     return jobs[0]
 
@@ -172,7 +177,8 @@ def load_settings(overrides: Sequence[str] = ()) -> GrpoConfig:
     return to_settings(run_config(compose(overrides), overrides))
 
 
-def _settings(overrides: list[str]) -> GrpoConfig:
+def _composed(overrides: list[str]) -> tuple[GrpoConfig, DictConfig]:
+    """The settings and the composed config of one job's overrides (resume= applied to both)."""
     try:
         cfg = run_config(compose(overrides), overrides)
         settings = to_settings(cfg)
@@ -191,7 +197,7 @@ def _settings(overrides: list[str]) -> GrpoConfig:
         raise UserError(
             f"no environment selected: add +env=NAME (available: {', '.join(group_options('env'))})"
         )
-    return settings
+    return settings, cfg
 
 
 def _sweep_jobs(swept: dict[str, list[str]]) -> list[list[str]]:
@@ -232,10 +238,16 @@ def preflight(argv: Sequence[str]) -> GrpoConfig | None:
     from grpo.output_check import check_writable_outputs
 
     try:
-        settings = check(args.overrides or [])
+        settings, cfg = check_command(args.overrides or [])
         # --cfg only prints the config: it writes nothing, so it creates no output folder either
         if not args.cfg:
             check_writable_outputs(settings)
     except UserError as ex:
         fail(str(ex))
+    if args.cfg == "job" and not (args.package or args.multirun or settings.resume):
+        # what Hydra would compose a second time to print: the same job config, printed from here
+        from omegaconf import OmegaConf
+
+        sys.stdout.write(OmegaConf.to_yaml(cfg, resolve=bool(args.resolve)))
+        sys.exit(0)
     return settings

@@ -148,6 +148,32 @@ def test_cfg_job_prints_the_config_without_heavy_imports(tmp_path):
     assert not (tmp_path / "outputs").exists()  # printing the config runs nothing
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["+env=alphabet_sort", "--cfg", "job"],
+        ["+env=reverse_text", "language=ja", "model=small", "trainer.beta=0.1", "--cfg", "job", "--resolve"],
+        ["+experiment=alphabet_sort_cpu", "--cfg", "job"],
+        ["+env=arithmetic", "--cfg", "job", "--package", "trainer"],
+    ],
+)
+def test_cfg_job_prints_what_hydra_prints(args, tmp_path):
+    """`--cfg job` prints the preflight's composition instead of composing again in Hydra: the
+    same text as Hydra's own answer (HYDRA_FULL_ERROR=1 leaves the command line to Hydra alone)."""
+    ours = _run(args, tmp_path)
+    env = {**os.environ, "HYDRA_FULL_ERROR": "1", "GRPO_OUTPUT_ROOT": str(tmp_path / "outputs")}
+    hydra_own = subprocess.run(
+        [sys.executable, "-m", "grpo", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ours.returncode == hydra_own.returncode == 0, ours.stderr + hydra_own.stderr
+    assert ours.stdout == hydra_own.stdout and len(ours.stdout.splitlines()) > 20
+
+
 def test_config_tree_is_found_from_any_directory(tmp_path):
     proc = _run(["+env=arithmetic", "--cfg", "job"], tmp_path)
     assert proc.returncode == 0, proc.stderr

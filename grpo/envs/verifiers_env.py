@@ -300,12 +300,14 @@ class VerifiersEnv(Environment):
 
     def _record_turns(self, state: Any, messages: Messages) -> None:
         """Append a trajectory step for each assistant message of `messages` (the whole
-        conversation) not yet recorded: verifiers' stop conditions, completion rendering and
+        conversation) after the prompt not yet recorded: verifiers' stop conditions, completion rendering and
         reward functions read the turns from state["trajectory"]."""
         from verifiers.utils.message_utils import normalize_messages
 
         done = len(state["trajectory"])
-        for at, message in enumerate(messages):
+        # the prompt's own assistant messages (few-shot) are no model turns
+        for at in range(len(state["prompt"]), len(messages)):
+            message = messages[at]
             if message.get("role") != "assistant":
                 continue
             if done > 0:

@@ -36,7 +36,7 @@ from grpo.generation.base import GenRequest, GenResult, Sampling  # noqa: E402
 
 SINGLE_ID, MULTI_ID = "vf-grpo-single", "someorg/vf-grpo-multi"
 
-SINGLE_PY = '''
+SINGLE_PY = """
 import asyncio
 
 import verifiers as vf
@@ -61,9 +61,9 @@ def load_environment(num_examples=4):
                 {"role": "assistant", "content": "<reasoning>1+1=2</reasoning>\\n<answer>2</answer>"}]
     return vf.SingleTurnEnv(dataset=Dataset.from_list(rows), system_prompt="Think, then answer in tags.",
                             few_shot=few_shot, parser=parser, rubric=rubric)
-'''
+"""
 
-MULTI_PY = '''
+MULTI_PY = """
 import verifiers as vf
 from datasets import Dataset
 
@@ -102,7 +102,7 @@ def load_environment(max_turns=3):
 
     rubric = vf.Rubric(funcs=[solved, fewer_turns], weights=[1.0, 0.3], parser=parser)
     return GuessEnv(dataset=Dataset.from_list(rows), parser=parser, rubric=rubric, max_turns=max_turns)
-'''
+"""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -266,9 +266,17 @@ def multi_scripts(rows: Sequence[Any]) -> dict[tuple[int, int], list[str]]:
         t = int(row.info["answer"])  # 2..8
         wrong = 9
         plan[(row.id, 0)] = [f"<answer>{t}</answer>"]  # solved at once (final env response)
-        plan[(row.id, 1)] = [f"<answer>{wrong}</answer>", "no idea", f"<answer>{t}</answer>"]  # solved at turn 3
+        plan[(row.id, 1)] = [
+            f"<answer>{wrong}</answer>",
+            "no idea",
+            f"<answer>{t}</answer>",
+        ]  # solved at turn 3
         plan[(row.id, 2)] = ["hmm", f"<answer>{wrong}</answer>", "<answer>0</answer>"]  # max_turns, unsolved
-        plan[(row.id, 3)] = [f"<answer>{10 - wrong}</answer>", "<answer>give up</answer>", "x"]  # the @vf.stop
+        plan[(row.id, 3)] = [
+            f"<answer>{10 - wrong}</answer>",
+            "<answer>give up</answer>",
+            "x",
+        ]  # the @vf.stop
     return plan
 
 
@@ -290,15 +298,17 @@ def test_multi_turn_episodes_and_scores_equal_verifiers_own_rollouts(tmp_path):
             key=lambda rec: rec["rollout_index"],
         )
 
-        async def rollouts():
+        async def rollouts(vf_row: dict[str, Any]) -> list[Any]:
             states = [
-                await reference.rollout(deepcopy(vf_row), ScriptedClient(plan[(vf_row["example_id"], k)]), "m")
+                await reference.rollout(
+                    deepcopy(vf_row), ScriptedClient(plan[(vf_row["example_id"], k)]), "m"
+                )
                 for k in range(4)
             ]
             await reference.rubric.score_group(states)  # verifiers' own scoring of its rollouts
             return states
 
-        states = asyncio.run(rollouts())
+        states = asyncio.run(rollouts(vf_row))
         for record, state in zip(group, states, strict=True):
             stops.add(state["stop_condition"])
             vf_completion = [m.model_dump(exclude_none=True) for m in state["completion"]]
@@ -392,7 +402,9 @@ def test_two_grpo_steps_on_the_multi_turn_env_mask_its_turns(tmp_path):
         # the verifiers state went along: one trajectory step per model turn, scored by its rubric
         assert len(rollout.state["trajectory"]) == rollout.num_turns
         assert rollout.state["metrics"]["num_turns"] == rollout.num_turns
-        assert rollout.state["reward"] == pytest.approx(env.rubric.total(env.score(rollout.row, rollout.completion, rollout.state)))
+        assert rollout.state["reward"] == pytest.approx(
+            env.rubric.total(env.score(rollout.row, rollout.completion, rollout.state))
+        )
     rollout = multi[0]
     spans: list[tuple[int, list[int]]] = []
     for tok, mask in zip(rollout.completion_ids, rollout.env_mask, strict=True):
@@ -415,8 +427,12 @@ def test_two_grpo_steps_on_the_multi_turn_env_mask_its_turns(tmp_path):
         else:
             env_message = next(others)
             assert env_message["role"] == "user" and env_message["content"] in (
-                "Answer with a number in <answer> tags.", "higher", "lower"
+                "Answer with a number in <answer> tags.",
+                "higher",
+                "lower",
             )
             messages.append(env_message)
-            rendered = render_chat(tokenizer, messages, cfg.model.chat_template_kwargs, add_generation_prompt=True)
+            rendered = render_chat(
+                tokenizer, messages, cfg.model.chat_template_kwargs, add_generation_prompt=True
+            )
             assert tokenizer.decode(seen, skip_special_tokens=False) == rendered

@@ -169,7 +169,9 @@ class VerifiersEnv(Environment):
                 "language= does not apply to it; drop the language override (en labels its rows)"
             )
         self.limits = {
-            "train": None if num_train_examples is None else int_arg("num_train_examples", num_train_examples, 1),
+            "train": None
+            if num_train_examples is None
+            else int_arg("num_train_examples", num_train_examples, 1),
             "eval": None if num_eval_examples is None else int_arg("num_eval_examples", num_eval_examples, 1),
         }
         self.env_id, self.env_args = id, dict(args or {})
@@ -182,7 +184,9 @@ class VerifiersEnv(Environment):
                 "(SingleTurnEnv, MultiTurnEnv and their subclasses)"
             )
         if isinstance(self.vf_env, vf.ToolEnv) or self.vf_env.tool_defs:
-            raise UserError(f"env.id={id}: {what} uses tools, which grpo's rollout engine does not pass to models")
+            raise UserError(
+                f"env.id={id}: {what} uses tools, which grpo's rollout engine does not pass to models"
+            )
         own = int(self.vf_env.max_turns)
         bound = None if max_turns is None else int_arg("max_turns", max_turns, 1)
         limits = [t for t in (own if own > 0 else None, bound) if t is not None]
@@ -336,7 +340,9 @@ class VerifiersEnv(Environment):
         assistant turns go through the env as a model's would, so the state is the one a verifiers
         rollout of those turns would have."""
         if not state:
-            state = self.replay(row, [m.get("content", "") for m in completion if m.get("role") == "assistant"])[1]
+            state = self.replay(
+                row, [m.get("content", "") for m in completion if m.get("role") == "assistant"]
+            )[1]
         return self._loop.run(self._score(row, completion, state))
 
     def replay(self, row: Row, assistant_texts: list[str]) -> tuple[Messages, Any]:
@@ -363,7 +369,9 @@ class VerifiersEnv(Environment):
         await self.vf_env.rubric.score_group([state])
         metrics = state.get("metrics") or {}
         scores = {}
-        for (name, _), (_, func, _) in zip(self._funcs, _reward_funcs(self.vf, self.vf_env.rubric), strict=True):
+        for (name, _), (_, func, _) in zip(
+            self._funcs, _reward_funcs(self.vf, self.vf_env.rubric), strict=True
+        ):
             value = metrics.get(getattr(func, "__name__", repr(func)))
             scores[name] = None if value is None else float(value)
         state[_SCORED] = (key, scores)

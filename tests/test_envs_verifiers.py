@@ -343,6 +343,9 @@ def test_language_other_than_en_is_refused():
 
 
 def test_missing_environment_and_missing_extra_are_one_line_errors(monkeypatch):
+    cfg = compose(["+env=verifiers"])
+    with pytest.raises(UserError, match=r"^env\.id: required"):
+        build_env(cfg.env, cfg.language)
     with pytest.raises(UserError, match=r"^env\.id=vf-no-such-env: no installed verifiers environment"):
         env_of("vf-no-such-env")
     with pytest.raises(UserError, match=r"could not load it .*unexpected keyword argument 'bogus'"):

@@ -248,3 +248,30 @@ def test_length_batches_cap_sequences_and_padded_tokens():
     for b in batches:
         assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 999
     assert length_batches([], 4) == []
+
+
+def test_bucketed_scores_equal_unbucketed_batches_in_the_original_order():
+    """score_ids sorts by length into buckets; the scores equal those of plain batches in the
+    input order (right-padded, with an attention mask), each at its own index."""
+    cfg = load_settings(["+env=alphabet_sort", "reward_model=learned"])
+    model, tokenizer = build_backbone(
+        cfg.reward_model.backbone, ["en"], tag_token=True, per_language_heads=False
+    )
+    model.eval()
+    generator = torch.Generator().manual_seed(0)
+    lengths = [5, 300, 17, 120, 64, 9, 250, 33, 120, 2]
+    sequences = [torch.randint(10, 200, (n,), generator=generator).tolist() for n in lengths]
+    bucketed = score_ids(model, sequences, tokenizer.pad_token_id, batch_size=3)
+
+    plain = []
+    with torch.inference_mode():
+        for start in range(0, len(sequences), 4):  # input order: lengths mixed within a batch
+            chunk = sequences[start : start + 4]
+            width = max(len(s) for s in chunk)
+            ids = torch.full((len(chunk), width), tokenizer.pad_token_id)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for row, seq in enumerate(chunk):
+                ids[row, : len(seq)], mask[row, : len(seq)] = torch.tensor(seq), 1
+            plain += model(input_ids=ids, attention_mask=mask).logits[:, 0].tolist()
+    assert bucketed == pytest.approx(plain, abs=1e-4)
+    assert len(set(round(s, 4) for s in bucketed)) == len(sequences)  # distinct: the order is tested

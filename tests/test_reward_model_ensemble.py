@@ -241,9 +241,11 @@ def test_length_batches_cap_sequences_and_padded_tokens():
     from grpo.reward_model.scoring import length_batches
 
     lengths = [10, 500, 20, 480, 30, 5000, 15]
-    batches = length_batches(lengths, max_sequences=3, max_tokens=999)
+    batches = length_batches(lengths, max_sequences=3, max_tokens=999, max_pad=10**6)
     # longest first; 2 x 500 tokens > 999, 2 x 480 fit, at most 3 per batch
     assert batches == [[5], [1], [3, 4], [2, 6, 0]]
+    # at most 32 padded tokens per sequence (the default): 480 and 30 no longer share a batch
+    assert length_batches(lengths, max_sequences=3, max_tokens=999) == [[5], [1], [3], [4, 2, 6], [0]]
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     for b in batches:
         assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 999

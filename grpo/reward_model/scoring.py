@@ -120,14 +120,23 @@ class SequenceEncoder:
 # padded tokens per forward pass when scoring: long sequences go in smaller batches (attention
 # memory grows with batch x length^2), short ones in bigger batches
 TOKENS_PER_BATCH = 16384
+# a sequence joins a batch when it is at most this many tokens shorter than the batch's longest:
+# a padded position costs what a real one does, and one more forward pass costs about as much
+# as ~100 tokens on a CPU (benchmarks/rm_scoring.py: 256 episodes of 79-929 tokens pad 3.5%
+# instead of 16% and score 1.2-1.5x faster; short sequences keep their few big batches)
+MAX_PAD_TOKENS = 32
 
 
 def length_batches(
-    lengths: Sequence[int], max_sequences: int, max_tokens: int = TOKENS_PER_BATCH
+    lengths: Sequence[int],
+    max_sequences: int,
+    max_tokens: int = TOKENS_PER_BATCH,
+    max_pad: int = MAX_PAD_TOKENS,
 ) -> list[list[int]]:
     """Indices grouped into batches of similar length, longest first (a batch that does not fit in
-    memory fails at once): at most `max_sequences` per batch and `max_tokens` padded tokens (a
-    sequence longer than that gets a batch of its own)."""
+    memory fails at once): at most `max_sequences` per batch, `max_tokens` padded tokens (a
+    sequence longer than that gets a batch of its own), and each sequence at most `max_pad`
+    tokens shorter than its batch's longest."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
     batches: list[list[int]] = []
     for i in order:
@@ -136,6 +145,7 @@ def length_batches(
             batches
             and len(batches[-1]) < max_sequences
             and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= max_tokens
+            and lengths[batches[-1][0]] - lengths[i] <= max_pad
         ):
             batches[-1].append(i)
         else:

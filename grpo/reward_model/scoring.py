@@ -123,7 +123,8 @@ TOKENS_PER_BATCH = 16384
 # a sequence joins a batch when it is at most this many tokens shorter than the batch's longest:
 # a padded position costs what a real one does, and one more forward pass costs about as much
 # as ~100 tokens on a CPU (benchmarks/rm_scoring.py: 256 episodes of 79-929 tokens pad 3.5%
-# instead of 16% and score 1.2-1.5x faster; short sequences keep their few big batches)
+# instead of 16%, at 0.87 of the compute floor instead of 0.65; short sequences keep their few
+# big batches)
 MAX_PAD_TOKENS = 32
 
 

@@ -4,11 +4,13 @@ at a time, side by side.
 Both sides run grpo.train.train on the tiny model with the same config (16 completions per step =
 4 prompts x 4, three turns per episode, up to 128 new tokens per model turn: the default
 generation.max_tokens_per_turn); the only difference is the hf backend's
-`generation.batch_size`: null sends every active conversation of a turn to ONE generate call,
-1 generates the conversations one after the other. Runs alternate in one process; a side's cost
-is its best run's median seconds per optimizer step (first step excluded). Target: >= 3x.
+`generation.batch_size`: null sends every active conversation of a turn to ONE generate call (and
+keeps each conversation's KV cache between its turns), 1 generates the conversations one after
+the other. Each round trains once per side, alternating which goes first; a run's cost is its
+median seconds per optimizer step (first step excluded), and the ratio is the median of the
+per-round ratios, with the min-max. Target: >= 5x.
 
-    python benchmarks/multiturn_step.py [--steps 4] [--rounds 2]
+    python benchmarks/multiturn_step.py [--steps 4] [--rounds 3] [--no-reuse]
 
 Last line: `ratio: X` (one-at-a-time s/step / batched s/step).
 """
@@ -61,7 +63,8 @@ def seconds_per_step(cfg, env, out: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4, help="optimizer steps per run")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating (batched, one-at-a-time) pairs")
+    parser.add_argument("--rounds", type=int, default=3, help="paired (batched, one-at-a-time) runs")
+    parser.add_argument("--no-reuse", action="store_true", help="batched side without KV-cache reuse")
     args = parser.parse_args()
 
     import torch
@@ -70,23 +73,33 @@ def main() -> None:
     from grpo.envs import build_env
 
     torch.set_num_threads(1)  # a tiny model; identical for both sides
-    batched_cfg = load_settings([*COMMON, f"trainer.max_steps={args.steps}", "generation.batch_size=null"])
-    single_cfg = load_settings([*COMMON, f"trainer.max_steps={args.steps}", "generation.batch_size=1"])
-    env = build_env(batched_cfg.env, batched_cfg.language)
-    batched: list[float] = []
-    single: list[float] = []
+    steps = f"trainer.max_steps={args.steps}"
+    reuse = f"generation.reuse_kv_cache={not args.no_reuse}"
+    cfgs = {
+        "batched": load_settings([*COMMON, steps, "generation.batch_size=null", reuse]),
+        "one at a time": load_settings([*COMMON, steps, "generation.batch_size=1"]),
+    }
+    env = build_env(cfgs["batched"].env, cfgs["batched"].language)
+    ratios, seconds = [], {name: [] for name in cfgs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            batched.append(seconds_per_step(batched_cfg, env, Path(tmp) / f"batched{r}"))
-            single.append(seconds_per_step(single_cfg, env, Path(tmp) / f"single{r}"))
+            order = list(cfgs) if r % 2 == 0 else list(reversed(cfgs))
+            for name in order:
+                seconds[name].append(
+                    seconds_per_step(cfgs[name], env, Path(tmp) / f"{name}{r}".replace(" ", "_"))
+                )
+            ratios.append(seconds["one at a time"][-1] / seconds["batched"][-1])
             print(
-                f"round {r}: batched {batched[-1]:.3f} s/step, one at a time {single[-1]:.3f} s/step",
+                f"round {r + 1}: batched {seconds['batched'][-1]:.3f} s/step, "
+                f"one at a time {seconds['one at a time'][-1]:.3f} s/step, ratio {ratios[-1]:.2f}",
                 file=sys.stderr,
             )
-    b, s = min(batched), min(single)
-    print(f"batched (one generate call per turn): {b:.3f} s/step (best of {args.rounds} runs)")
-    print(f"one conversation at a time:           {s:.3f} s/step (best of {args.rounds} runs)")
-    print(f"ratio: {s / b:.2f}")
+    label = "batched (one generate call per turn" + (
+        ")" if args.no_reuse else ", KV cache kept across turns)"
+    )
+    print(f"{label}: {statistics.median(seconds['batched']):.3f} s/step (median of {args.rounds} runs)")
+    print(f"one conversation at a time: {statistics.median(seconds['one at a time']):.3f} s/step")
+    print(f"ratio: {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
 
 
 if __name__ == "__main__":

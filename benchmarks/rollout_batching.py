@@ -5,8 +5,11 @@
 Both modes run the same engine, model (model=tiny), rows and sampling settings in this process;
 "batched" makes one generate() call per turn over every active conversation, "sequential" sets the
 hf backend's batch_size=1 (one generate() call per conversation per turn). The completion budget is
-large enough for every episode to play all its turns. Prints a table, then `ratio: X` (batched
-rollouts/s divided by sequential rollouts/s) as the last line.
+large enough for every episode to play all its turns. Each round runs both modes, alternating
+which goes first; prints a table of medians, then `ratio: X` (batched rollouts/s over sequential
+rollouts/s: the median of the per-round ratios, with the min-max) as the last line.
+
+    python benchmarks/rollout_batching.py [--prompts 8] [--rollouts 8] [--rounds 3]
 
 Both modes use ONE torch thread by default: the tiny model's matrices are too small to gain from
 splitting, and on a busy machine (more runnable processes than cores) two OpenMP threads waiting
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,6 +36,7 @@ def main() -> None:
     parser.add_argument("--max-tokens-per-turn", type=int, default=64)
     parser.add_argument("--max-completion-tokens", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=3, help="paired (batched, sequential) runs")
     parser.add_argument(
         "--threads", type=int, default=1, help="torch intra-op threads for both modes; 0 = torch's default"
     )
@@ -77,24 +82,27 @@ def main() -> None:
     for backend in modes.values():  # warm-up: first-call allocations and lazy initialisation
         run(backend, rows[:1], 2)
 
-    results = {}
-    for name, backend in modes.items():
-        seconds, rollouts = run(backend, rows, args.rollouts)
-        turns = sum(r.num_turns for r in rollouts)
-        tokens = sum(sum(r.env_mask) for r in rollouts)
-        results[name] = (seconds, len(rollouts), turns, tokens)
+    runs: dict[str, list[tuple[float, int, int, int]]] = {name: [] for name in modes}
+    ratios = []
+    for r in range(args.rounds):
+        for name in list(modes) if r % 2 == 0 else list(reversed(modes)):
+            seconds, rollouts = run(modes[name], rows, args.rollouts)
+            turns = sum(x.num_turns for x in rollouts)
+            tokens = sum(sum(x.env_mask) for x in rollouts)
+            runs[name].append((seconds, len(rollouts), turns, tokens))
+        ratios.append(runs["sequential"][-1][0] / runs["batched"][-1][0])  # same rollouts per run
 
     print(
         f"alphabet_sort, model=tiny, {args.prompts} prompts x {args.rollouts} rollouts, "
         f"max_tokens_per_turn={args.max_tokens_per_turn}, max_completion_tokens={args.max_completion_tokens}, "
-        f"torch threads={torch.get_num_threads()}"
+        f"torch threads={torch.get_num_threads()}, median of {args.rounds} rounds"
     )
     print(f"{'mode':<12}{'seconds':>10}{'rollouts':>10}{'turns':>8}{'model tok':>11}{'rollouts/s':>12}")
-    for name, (seconds, n, turns, tokens) in results.items():
+    for name, results in runs.items():
+        seconds = statistics.median(x[0] for x in results)
+        _, n, turns, tokens = results[-1]
         print(f"{name:<12}{seconds:>10.2f}{n:>10}{turns:>8}{tokens:>11}{n / seconds:>12.2f}")
-    batched, sequential = results["batched"], results["sequential"]
-    ratio = (batched[1] / batched[0]) / (sequential[1] / sequential[0])
-    print(f"ratio: {ratio:.2f}")
+    print(f"ratio: {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import difflib
 import os
 import random
 import re
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -86,17 +87,22 @@ def plain_reward(completion: list[dict[str, Any]], info: dict[str, Any], power: 
     return total / info["num_turns"]
 
 
-def rates(fns: list[Callable[[], None]], n: int, seconds: float) -> list[float]:
-    """Rollouts per second of each fn (each scores n rollouts): the best of rounds that alternate
-    between them, so machine noise hits all alike."""
-    best = [0.0] * len(fns)
+def rates(fns: list[Callable[[], None]], n: int, seconds: float) -> tuple[list[float], list[float]]:
+    """Rollouts per second of each fn (each scores n rollouts), as the median over rounds that run
+    every fn once, alternating which goes first, for `seconds` (at least 3 rounds); and the
+    per-round ratios of the first fn's rate over the second's."""
+    rounds: list[list[float]] = []
     deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline or not all(best):
-        for k, fn in enumerate(fns):
+    while time.perf_counter() < deadline or len(rounds) < 3:
+        rate = [0.0] * len(fns)
+        order = range(len(fns)) if len(rounds) % 2 == 0 else reversed(range(len(fns)))
+        for k in order:
             start = time.perf_counter()
-            fn()
-            best[k] = max(best[k], n / (time.perf_counter() - start))
-    return best
+            fns[k]()
+            rate[k] = n / (time.perf_counter() - start)
+        rounds.append(rate)
+    medians = [statistics.median(r[k] for r in rounds) for k in range(len(fns))]
+    return medians, [r[0] / r[1] for r in rounds]
 
 
 def main() -> None:
@@ -126,13 +132,14 @@ def main() -> None:
             plain_reward(c, row.info, env.similarity_power)
 
     n = len(rollouts)
-    ours_rate, plain_rate = rates([score_ours, score_plain], n, args.seconds)
+    (ours_rate, plain_rate), ratios = rates([score_ours, score_plain], n, args.seconds)
     print(
         f"rollouts: {n} (3-turn rows: {args.rows}, {n // args.rows} variants each), mean reward {sum(ours) / n:.4f}"
     )
-    print(f"plain re.findall + difflib scorer: {plain_rate:,.0f} rollouts/s")
+    print(f"plain re.findall + difflib scorer: {plain_rate:,.0f} rollouts/s (median of {len(ratios)} rounds)")
     print(
-        f"grpo AlphabetSortEnv.score (rubric): {ours_rate:,.0f} rollouts/s  ({ours_rate / plain_rate:.2f}x)"
+        f"grpo AlphabetSortEnv.score (rubric): {ours_rate:,.0f} rollouts/s  "
+        f"({statistics.median(ratios):.2f}x, rounds {min(ratios):.2f}-{max(ratios):.2f})"
     )
     print(f"rollouts_per_s: {ours_rate:.0f}")
 

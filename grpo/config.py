@@ -386,6 +386,10 @@ class GenerationConfig:
     max_tokens_per_turn: int = 128
     # hf: conversations per generate() call (1 = one at a time); null = all active conversations at once
     batch_size: int | None = None
+    # hf: keep each conversation's KV cache from one model turn to its next, so a turn encodes only
+    # the tokens added since (the env's reply), not the whole conversation again. Used when one
+    # generate() call holds every active conversation (batch_size null, no lockstep)
+    reuse_kv_cache: bool = True
     # openai / vllm_server endpoint, e.g. http://127.0.0.1:8000/v1 (vllm_server: overrides host/port)
     base_url: str | None = None
     # openai: the served model name (required there)

@@ -24,6 +24,7 @@ the endpoint reports them (environment turns are not counted).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,8 @@ _NEUTRAL_HISTORIES: tuple[Messages, ...] = (
     [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
 )
 _SENTINEL = "GRPO_ROLLOUT_SENTINEL_3141"
+# one number per run_rollouts call (GenRequest.conversation = (session, episode index))
+_SESSIONS = itertools.count()
 
 
 @dataclass
@@ -198,6 +201,8 @@ def run_rollouts(
         raise UserError(f"the completion token budget must be >= 1 or None, got {max_completion_tokens}")
     token_level = bool(getattr(backend, "token_level", False))
     turns = TurnTokenizer(backend) if token_level else None  # type: ignore[arg-type]
+    # names this call's conversations apart from any earlier call's (a backend's kept state)
+    session = next(_SESSIONS)
 
     episodes: list[_Episode] = []
     for row in rows:
@@ -217,7 +222,7 @@ def run_rollouts(
             if not active:
                 break
             requests = [
-                _request(e, i, turn, sampling, max_completion_tokens, token_level)
+                _request(e, i, turn, sampling, max_completion_tokens, token_level, session)
                 for i, e in zip(_indices(episodes, active), active, strict=True)
             ]
             call_sampling = sampling
@@ -234,6 +239,9 @@ def run_rollouts(
     finally:
         if bar is not None:
             bar.close()
+        forget = getattr(backend, "forget_conversations", None)
+        if forget is not None:  # the weights may change before the next call: no stale cache
+            forget()
     return [e.to_rollout() for e in episodes]
 
 
@@ -248,7 +256,13 @@ def _used(episode: _Episode, token_level: bool) -> int:
 
 
 def _request(
-    episode: _Episode, index: int, turn: int, sampling: Sampling, budget: int | None, token_level: bool
+    episode: _Episode,
+    index: int,
+    turn: int,
+    sampling: Sampling,
+    budget: int | None,
+    token_level: bool,
+    session: int,
 ) -> GenRequest:
     limit = sampling.max_tokens_per_turn
     if budget is not None:
@@ -256,9 +270,14 @@ def _request(
     seed = None if sampling.seed is None else _mix_seed(sampling.seed, turn, index)
     if token_level:
         return GenRequest(
-            max_new_tokens=limit, prompt_ids=episode.prompt_ids + episode.completion_ids, seed=seed
+            max_new_tokens=limit,
+            prompt_ids=episode.prompt_ids + episode.completion_ids,
+            seed=seed,
+            conversation=(session, index),
         )
-    return GenRequest(max_new_tokens=limit, messages=episode.messages(), seed=seed)
+    return GenRequest(
+        max_new_tokens=limit, messages=episode.messages(), seed=seed, conversation=(session, index)
+    )
 
 
 def _advance(

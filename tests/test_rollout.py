@@ -276,6 +276,43 @@ def test_batched_equals_one_conversation_at_a_time_under_greedy(policy, cfg, env
         assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)), default=0.0) < 1e-4
 
 
+@pytest.mark.parametrize("max_turns", [1, 3])
+def test_kv_cache_reuse_gives_the_same_greedy_rollouts(policy, cfg, max_turns):
+    """A conversation's KV cache kept between its turns (the default) against encoding the whole
+    conversation every turn: token for token the same episodes, rows of different lengths in one
+    batch, some ending before others; only later turns reuse anything."""
+    env = build_env({**cfg.env, "min_turns": 1, "max_turns": max_turns}, cfg.language)
+    rows = env.rows("eval", 6)
+    sampling = Sampling(temperature=0.0, max_tokens_per_turn=20)
+    fresh, reusing = hf(policy, cfg, reuse_kv_cache=False), hf(policy, cfg)
+    plain = run_rollouts(env, rows, fresh, rollouts_per_row=2, sampling=sampling, max_completion_tokens=400)
+    reused = run_rollouts(
+        env, rows, reusing, rollouts_per_row=2, sampling=sampling, max_completion_tokens=400
+    )
+    assert len({r.completion[0]["content"] for r in plain}) == len(rows), "greedy outputs should differ"
+    for a, b in zip(plain, reused, strict=True):
+        assert a.completion_ids == b.completion_ids and a.env_mask == b.env_mask
+        assert a.completion == b.completion and a.truncated == b.truncated
+        assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)), default=0.0) < 1e-4
+    turns = {r.num_turns for r in plain}
+    assert fresh.reused_tokens == 0
+    if max_turns == 1:
+        assert turns == {1} and reusing.reused_tokens == 0
+    else:
+        assert max(turns) == 3 and len(turns) > 1  # episodes end at different turns
+        # every later turn of every episode continued its cache: at least its first request's tokens
+        later = sum(r.num_turns - 1 for r in plain)
+        assert reusing.reused_tokens >= later * min(len(r.prompt_ids) for r in plain)
+    assert reusing._turn_cache is None  # dropped when the episodes are over
+
+
+def test_kv_cache_is_kept_only_for_one_call_per_turn(policy, cfg, env, rows):
+    """Chunked calls (generation.batch_size) encode whole conversations: nothing is reused."""
+    chunked = hf(policy, cfg, batch_size=2)
+    run_rollouts(env, rows, chunked, sampling=Sampling(temperature=0.0, max_tokens_per_turn=16))
+    assert chunked.reused_tokens == 0 and chunked._turn_cache is None
+
+
 QWEN3_LIKE_TEMPLATE = (
     # Qwen3 non-thinking style: the generation prompt pre-fills an empty think block, and an
     # assistant turn keeps that block only while it is the latest one: adding a turn REWRITES it.

@@ -44,7 +44,11 @@ def _hf(gen_cfg: GenerationConfig, model: Any, tokenizer: Any, model_cfg: ModelC
     from grpo.generation.hf import HFBackend
 
     return HFBackend(
-        model, tokenizer, batch_size=gen_cfg.batch_size, chat_template_kwargs=model_cfg.chat_template_kwargs
+        model,
+        tokenizer,
+        batch_size=gen_cfg.batch_size,
+        chat_template_kwargs=model_cfg.chat_template_kwargs,
+        reuse_kv_cache=gen_cfg.reuse_kv_cache,
     )
 
 

@@ -14,7 +14,7 @@ This module is light (no torch): the engine imports it freely.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -49,6 +49,9 @@ class GenRequest:
     messages: Messages | None = None
     # per-conversation seed for this turn (endpoints take one per request); None = unseeded
     seed: int | None = None
+    # which conversation of which rollout batch this is (run_rollouts sets it): a backend may keep
+    # what it computed for the conversation's earlier turns (hf: the KV cache); None = unknown
+    conversation: Hashable | None = None
 
 
 @dataclass

@@ -8,6 +8,17 @@ tokens are exactly what a call with its own limit would sample.
 Imports torch and transformers at the top: `grpo.generation.make_backend` imports this module
 only when backend=hf is built.
 
+KV-cache reuse across turns (`reuse_kv_cache`): the rollout engine never re-tokenises history, so
+a conversation's next request starts with exactly the tokens of its previous one plus what the
+model generated. When one call holds every active conversation, its KV cache is kept with, per
+row, the real tokens it covers; the next turn selects the rows of the conversations still active
+and feeds only each one's new tokens (the rest of its last model turn and the env's reply),
+left-padded after the cached positions. The attention mask marks every padded or stale position
+(a row's tokens after its EOS), and positions come from the mask's running count as always, so a
+conversation sees the same positions and keys as when it is encoded whole: greedy rollouts give the
+same tokens with and without reuse (tests/test_rollout.py). Anything else (chunked calls, lockstep,
+a request whose prefix does not match) encodes the whole conversation, as without reuse.
+
 Log-probabilities are recorded while generating, under the distribution the token was sampled
 from (temperature-scaled and top-p-truncated; raw logits when greedy) — what TRL calls processed
 logprobs. Only one step of full-vocabulary log-probs is held at a time, never the whole
@@ -17,7 +28,8 @@ logprobs. Only one step of full-vocabulary log-probs is held at a time, never th
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,6 +48,21 @@ from transformers import (
 from grpo.generation.base import ChatTokenizerSide, GenRequest, GenResult, Sampling
 
 
+@dataclass
+class _TurnCache:
+    """What one generate() call keeps for the same conversations' next turn."""
+
+    # the model's KV cache after the call, one row per conversation
+    cache: Any
+    # conversation -> its row
+    rows: dict[Hashable, int]
+    # per row, the real tokens whose keys and values the cache holds, in order
+    ids: list[list[int]]
+    # (rows, cache length): the ids at the cache's positions (pads included), and 1 where real
+    tokens: torch.Tensor
+    mask: torch.Tensor
+
+
 class HFBackend(ChatTokenizerSide):
     """Generate with a transformers causal LM (the policy itself during training)."""
 
@@ -48,6 +75,7 @@ class HFBackend(ChatTokenizerSide):
         *,
         batch_size: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        reuse_kv_cache: bool = True,
     ):
         if batch_size is not None and int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
@@ -61,6 +89,15 @@ class HFBackend(ChatTokenizerSide):
         # several processes in lockstep (run_rollouts' any_rank_active): one generate() call per
         # turn, each synced across ranks (generate continues until every rank's rows are done)
         self.lockstep = False
+        self.reuse_kv_cache = bool(reuse_kv_cache)
+        self._turn_cache: _TurnCache | None = None
+        # prompt tokens served from a kept cache instead of being encoded again (a running count)
+        self.reused_tokens = 0
+
+    def forget_conversations(self) -> None:
+        """Drop the kept KV cache (run_rollouts calls it when its episodes are over: the weights
+        may change before the next batch, and the cache holds memory)."""
+        self._turn_cache = None
 
     # ---- generation ---------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenRequest], sampling: Sampling) -> list[GenResult]:
@@ -76,6 +113,14 @@ class HFBackend(ChatTokenizerSide):
         size = len(requests) if self.lockstep else (self.batch_size or len(requests))
         if size < len(requests):
             order.sort(key=lambda i: len(requests[i].prompt_ids or ()))
+        keep = (
+            self.reuse_kv_cache
+            and not self.lockstep
+            and size >= len(requests)
+            and all(r.conversation is not None for r in requests)
+        )
+        if not keep:
+            self._turn_cache = None
         results: list[GenResult | None] = [None] * len(requests)
         was_training = self.model.training
         self.model.eval()
@@ -83,6 +128,8 @@ class HFBackend(ChatTokenizerSide):
             # no_grad rather than inference_mode: tensors a model caches lazily during generation
             # (rotary tables, ...) must stay usable by the training step that follows.
             with torch.no_grad(), _seeded(sampling.seed, self._device):
+                if keep:
+                    return self._generate_turn(requests, sampling)
                 for start in range(0, len(order), size):
                     chunk = order[start : start + size]
                     for i, result in zip(
@@ -93,6 +140,66 @@ class HFBackend(ChatTokenizerSide):
             if was_training:
                 self.model.train()
         return [r for r in results if r is not None]
+
+    def _generate_turn(self, requests: Sequence[GenRequest], sampling: Sampling) -> list[GenResult]:
+        """All requests in one call, continuing the kept cache of their conversations when it
+        covers a prefix of every one; the call's own cache is kept for the next turn."""
+        prompts = [list(r.prompt_ids or ()) for r in requests]
+        rows = self._cached_rows(requests, prompts)
+        past = None
+        if rows is None:
+            input_ids, attention_mask = _left_padded(prompts, self.pad_token_id)
+        else:
+            turn = self._turn_cache
+            assert turn is not None
+            index = torch.tensor(rows, dtype=torch.long)
+            past = turn.cache
+            if rows != list(range(len(turn.ids))):
+                past.batch_select_indices(index.to(self._device))
+            suffix_ids, suffix_mask = _left_padded(
+                [p[len(turn.ids[row]) :] for p, row in zip(prompts, rows, strict=True)], self.pad_token_id
+            )
+            input_ids = torch.cat([turn.tokens[index], suffix_ids], dim=1)
+            attention_mask = torch.cat([turn.mask[index], suffix_mask], dim=1)
+            self.reused_tokens += sum(len(turn.ids[row]) for row in rows)
+        self._turn_cache = None  # the old cache is extended in place below, or gone
+        results, sequences, cache = self._call(requests, input_ids, attention_mask, sampling, past)
+        if cache is None or not hasattr(cache, "batch_select_indices"):
+            return results  # a model whose cache cannot be kept: every turn encodes it all
+        length = int(cache.get_seq_length())
+        width = input_ids.shape[1]
+        generated_mask = torch.zeros((len(requests), length - width), dtype=attention_mask.dtype)
+        covered = []
+        for row, (prompt, result) in enumerate(zip(prompts, results, strict=True)):
+            # the last generated token was sampled but never fed back: the cache stops before it
+            n = min(len(result.token_ids), length - width)
+            generated_mask[row, :n] = 1
+            covered.append(prompt + result.token_ids[:n])
+        self._turn_cache = _TurnCache(
+            cache=cache,
+            rows={r.conversation: row for row, r in enumerate(requests)},
+            ids=covered,
+            tokens=sequences[:, :length].cpu(),
+            mask=torch.cat([attention_mask, generated_mask], dim=1),
+        )
+        return results
+
+    def _cached_rows(self, requests: Sequence[GenRequest], prompts: list[list[int]]) -> list[int] | None:
+        """The kept cache's row of every request, when each one's cached tokens are a proper
+        prefix of its prompt; else None (the call encodes everything)."""
+        turn = self._turn_cache
+        if turn is None:
+            return None
+        rows = []
+        for request, prompt in zip(requests, prompts, strict=True):
+            row = turn.rows.get(request.conversation)
+            if row is None:
+                return None
+            cached = turn.ids[row]
+            if len(prompt) <= len(cached) or prompt[: len(cached)] != cached:
+                return None
+            rows.append(row)
+        return rows
 
     def idle_turn(self, sampling: Sampling) -> None:
         """A generate() call with nothing to generate, for a rank whose episodes have ended while
@@ -117,26 +224,37 @@ class HFBackend(ChatTokenizerSide):
         return next(self.model.parameters()).device
 
     def _generate_chunk(self, requests: Sequence[GenRequest], sampling: Sampling) -> list[GenResult]:
-        device = self._device
         prompts = [list(r.prompt_ids or ()) for r in requests]
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, ids in enumerate(prompts):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, width - len(ids) :] = 1
+        input_ids, attention_mask = _left_padded(prompts, self.pad_token_id)
+        return self._call(requests, input_ids, attention_mask, sampling)[0]
+
+    def _call(
+        self,
+        requests: Sequence[GenRequest],
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        sampling: Sampling,
+        past: Any = None,
+    ) -> tuple[list[GenResult], torch.Tensor, Any]:
+        """One generate() call: (results, the sequences, the KV cache after it). With `past`, its
+        positions stand for the first input columns, and only the rest is encoded."""
+        device = self._device
+        width = input_ids.shape[1]
         limits = [int(r.max_new_tokens) for r in requests]
 
         processors, recorder = _sampling_processors(sampling)
         stop = _RowLimits(width, torch.tensor(limits, device=device))
-        sequences = self.model.generate(
+        out = self.model.generate(
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),
             generation_config=self._generation_config(sampling, max(limits)),
             logits_processor=LogitsProcessorList(processors),
             stopping_criteria=StoppingCriteriaList([stop]),
+            return_dict_in_generate=True,
             **({"synced_gpus": True} if self.lockstep else {}),
+            **({"cache": past} if past is not None else {}),
         )
+        sequences = out.sequences
         generated = sequences[:, width:]
         logprobs = recorder.finish(generated)
 
@@ -158,7 +276,7 @@ class HFBackend(ChatTokenizerSide):
                     num_tokens=len(ids),
                 )
             )
-        return results
+        return results, sequences, getattr(out, "cache", None)
 
     def _generation_config(self, sampling: Sampling, max_new_tokens: int) -> GenerationConfig:
         # Every field that shapes the distribution is set explicitly: generate() fills unset ones
@@ -183,6 +301,18 @@ class HFBackend(ChatTokenizerSide):
             if getattr(self.model.generation_config, "min_p", None) is not None:
                 fields["min_p"] = 0.0
         return GenerationConfig(**fields)
+
+
+def _left_padded(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask) of token rows, left-padded to the longest."""
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for row, ids in enumerate(rows):
+        if ids:
+            input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+            attention_mask[row, width - len(ids) :] = 1
+    return input_ids, attention_mask
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:

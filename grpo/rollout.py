@@ -201,8 +201,9 @@ def run_rollouts(
         raise UserError(f"the completion token budget must be >= 1 or None, got {max_completion_tokens}")
     token_level = bool(getattr(backend, "token_level", False))
     turns = TurnTokenizer(backend) if token_level else None  # type: ignore[arg-type]
-    # names this call's conversations apart from any earlier call's (a backend's kept state)
-    session = next(_SESSIONS)
+    # names this call's conversations apart from any earlier call's (a backend's kept state);
+    # single-turn episodes have no next turn to keep anything for
+    session = next(_SESSIONS) if env.max_turns > 1 else None
 
     episodes: list[_Episode] = []
     for row in rows:
@@ -262,22 +263,21 @@ def _request(
     sampling: Sampling,
     budget: int | None,
     token_level: bool,
-    session: int,
+    session: int | None,
 ) -> GenRequest:
     limit = sampling.max_tokens_per_turn
     if budget is not None:
         limit = min(limit, budget - _used(episode, token_level))
     seed = None if sampling.seed is None else _mix_seed(sampling.seed, turn, index)
+    conversation = None if session is None else (session, index)
     if token_level:
         return GenRequest(
             max_new_tokens=limit,
             prompt_ids=episode.prompt_ids + episode.completion_ids,
             seed=seed,
-            conversation=(session, index),
+            conversation=conversation,
         )
-    return GenRequest(
-        max_new_tokens=limit, messages=episode.messages(), seed=seed, conversation=(session, index)
-    )
+    return GenRequest(max_new_tokens=limit, messages=episode.messages(), seed=seed, conversation=conversation)
 
 
 def _advance(

@@ -181,7 +181,10 @@ class MlflowTracker:
             if path is not None and Path(path).is_file():
                 self.log_artifact(Path(path), f"eval/{label}")
         if result.results_path is not None and Path(result.results_path).is_file():
-            self._log_eval_input(label, result)
+            try:
+                self._log_eval_input(label, result)
+            except Exception as ex:  # noqa: BLE001 - a description of the data; the results are logged
+                log.warning("MLflow: could not log the %s evaluation's dataset input: %s", label, ex)
         limit = self.settings.tracking.log_samples
         table_file = f"eval/{label}/samples.json"
         if self.resumed and any(
@@ -210,11 +213,20 @@ class MlflowTracker:
         source = result.dataset_path or result.results_path
         with warnings.catch_warnings():
             # a local path matches two equivalent MLflow source kinds; example ids are never missing
+            # (the schema, and its hint, come when the entity is built)
             warnings.filterwarnings("ignore", message="The specified dataset source")
             warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
             dataset = mlflow.data.from_pandas(pd.DataFrame(rows), source=str(source), name=f"{task}-eval")
-        entry = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", label)])
-        with_retry(self.client.log_inputs, self.run_id, datasets=[entry])
+            entry = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", label)])
+        for attempt in range(3):
+            try:
+                with_retry(self.client.log_inputs, self.run_id, datasets=[entry])
+                return
+            except Exception as ex:
+                # two jobs of a sweep evaluated on the same rows log them at once: MLflow's get-or-
+                # create of the dataset races, and the loser's insert fails; a retry finds the row
+                if "unique constraint failed" not in str(ex).lower() or attempt == 2:
+                    raise
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or a directory (its contents) as artifacts of the run."""

@@ -27,6 +27,8 @@ import pytest
 
 vf = pytest.importorskip("verifiers")
 
+from env_mask_check import assert_env_mask_follows_the_template  # noqa: E402
+
 from grpo.cli import compose, load_settings  # noqa: E402
 from grpo.envs import build_env  # noqa: E402
 from grpo.envs.verifiers_env import INSTALL_HINT, VerifiersEnv, load_verifiers_env  # noqa: E402
@@ -369,8 +371,6 @@ def test_loading_keeps_the_process_signal_handlers():
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_two_grpo_steps_on_the_multi_turn_env_mask_its_turns(tmp_path):
-    from grpo.envs.parsers import assistant_turns
-    from grpo.models import render_chat
     from grpo.train import build_trainer
 
     cfg = load_settings(
@@ -408,34 +408,15 @@ def test_two_grpo_steps_on_the_multi_turn_env_mask_its_turns(tmp_path):
         assert rollout.state["reward"] == pytest.approx(
             env.rubric.total(env.score(rollout.row, rollout.completion, rollout.state))
         )
-    rollout = multi[0]
-    spans: list[tuple[int, list[int]]] = []
-    for tok, mask in zip(rollout.completion_ids, rollout.env_mask, strict=True):
-        if spans and spans[-1][0] == mask:
-            spans[-1][1].append(tok)
-        else:
-            spans.append((mask, [tok]))
+
+    def is_the_envs_reply(message: dict) -> None:
+        assert message["role"] == "user" and message["content"] in (
+            "Answer with a number in <answer> tags.",
+            "higher",
+            "lower",
+        )
+
     # model turns (1) and env turns (0) alternate; the env's text is exactly its messages
-    assert [m for m, _ in spans] == [1, 0] * (rollout.num_turns - 1) + [1]
-    tokenizer = bundle.tokenizer
-    messages, seen = list(rollout.row.prompt), list(rollout.prompt_ids)
-    assistant = iter(assistant_turns(rollout.completion))
-    others = iter(m for m in rollout.completion if m["role"] != "assistant")
-    for mask, ids in spans:
-        seen += ids
-        if mask == 1:
-            text = next(assistant)
-            assert tokenizer.decode(ids, skip_special_tokens=True) == text
-            messages.append({"role": "assistant", "content": text})
-        else:
-            env_message = next(others)
-            assert env_message["role"] == "user" and env_message["content"] in (
-                "Answer with a number in <answer> tags.",
-                "higher",
-                "lower",
-            )
-            messages.append(env_message)
-            rendered = render_chat(
-                tokenizer, messages, cfg.model.chat_template_kwargs, add_generation_prompt=True
-            )
-            assert tokenizer.decode(seen, skip_special_tokens=False) == rendered
+    assert_env_mask_follows_the_template(
+        multi[0], bundle.tokenizer, cfg.model.chat_template_kwargs, is_the_envs_reply
+    )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from env_mask_check import assert_env_mask_follows_the_template
 from packaged_env import packaged_env
 from transformers import TrainerCallback
 
@@ -21,7 +22,7 @@ from grpo.envs.char_target import CharTargetEnv
 from grpo.envs.parsers import assistant_turns
 from grpo.envs.rubric import RewardFunc, Rubric
 from grpo.errors import UserError
-from grpo.models import load_policy, render_chat
+from grpo.models import load_policy
 from grpo.train import (
     EnvRolloutFunc,
     PromptIndex,
@@ -186,30 +187,7 @@ def test_multiturn_alphabet_sort_trains_and_masks_environment_tokens(tmp_path):
     # token by token on one multi-turn rollout: mask-1 spans are the model's turns, mask-0 spans
     # exactly the text the chat template puts between them (end of turn, user turn, next prompt)
     rollout = next(r for r in rollouts if r.num_turns >= 2 and not r.truncated)
-    tokenizer, model_cfg = bundle.tokenizer, cfg.model
-    spans: list[tuple[int, list[int]]] = []
-    for tok, mask in zip(rollout.completion_ids, rollout.env_mask, strict=True):
-        if spans and spans[-1][0] == mask:
-            spans[-1][1].append(tok)
-        else:
-            spans.append((mask, [tok]))
-    assert [m for m, _ in spans] == [1, 0] * (rollout.num_turns - 1) + [1]
-    messages = list(rollout.row.prompt)
-    seen = list(rollout.prompt_ids)
-    assistant = iter(assistant_turns(rollout.completion))
-    others = iter(m for m in rollout.completion if m["role"] != "assistant")
-    for mask, ids in spans:
-        seen += ids
-        if mask == 1:
-            text = next(assistant)
-            assert tokenizer.decode(ids, skip_special_tokens=True) == text
-            messages.append({"role": "assistant", "content": text})
-        else:
-            messages.append(next(others))
-            rendered = render_chat(
-                tokenizer, messages, model_cfg.chat_template_kwargs, add_generation_prompt=True
-            )
-            assert tokenizer.decode(seen, skip_special_tokens=False) == rendered
+    assert_env_mask_follows_the_template(rollout, bundle.tokenizer, cfg.model.chat_template_kwargs)
 
 
 # ---- reward wiring ------------------------------------------------------------------------------

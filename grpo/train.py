@@ -61,6 +61,7 @@ from grpo.checkpoints import (
 )
 from grpo.config import OPTIMIZERS, VLLM_MODES, GenerationConfig, GrpoConfig, ModelConfig
 from grpo.distributed import any_rank, barrier, is_main, rank, world_size
+from grpo.errors import UserError
 from grpo.resume import checkpoint_in_chain
 from grpo.train_monitors import LanguageScore, batch_monitors, compact
 
@@ -593,6 +594,16 @@ def build_trainer(
     from grpo.interrupt import stop_callback
 
     score_labelled_positions_on_cpu()  # the log-prob head skips prompt positions on CPU too
+    # TRL takes each generation batch's distinct prompts from whole chunks of the dataset and drops
+    # a short last chunk: with fewer rows than one batch needs it would train 0 steps, silently
+    needed = args.generation_batch_size // settings.trainer.num_generations
+    if len(rows) < needed:
+        raise UserError(
+            f"env {env.name} has {len(rows)} train rows, fewer than the {needed} distinct prompts of one "
+            f"generation batch (trainer.per_device_batch_completions / trainer.num_generations x "
+            f"gradient_accumulation_steps{_processes()}): lower trainer.per_device_batch_completions or "
+            "give the env more train rows"
+        )
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=reward_funcs,

@@ -76,6 +76,8 @@ def check(s: GrpoConfig) -> None:
         _eval(s.eval)
     if s.trainer.eval_steps and "train" in s.stages and "eval" in s.stages:
         _validation_rows(s)
+    if "train" in s.stages:
+        _train_rows(s)
     _reward_model(s)
     if "sft" in s.stages:
         _sft(s)
@@ -381,6 +383,33 @@ def _validation_rows(s: GrpoConfig) -> None:
             f"env.num_eval_examples={size}: validation takes the last rows of the eval split and evaluation "
             f"the first ones, so they would overlap; set env.num_eval_examples="
             f"{t.val_num_examples + e.num_examples} or more, or lower one of them"
+        )
+
+
+def _train_rows(s: GrpoConfig) -> None:
+    """One generation batch takes per_device_batch_completions / num_generations x
+    gradient_accumulation_steps (x processes) distinct prompts from the train split; TRL drops a
+    short chunk, so a smaller split trains nothing. Checked here when the env config gives the
+    split's size (the trainer checks it again with the rows it gets, for any env)."""
+    size = (s.env or {}).get("num_train_examples") if isinstance(s.env, dict) else None
+    t = s.trainer
+    if (
+        isinstance(size, bool)
+        or not isinstance(size, int)
+        or {"generation_batch_size", "steps_per_generation"} & set(t.extra)
+    ):
+        return  # no size in the config, or a generation batch shaped in trainer.extra
+    from grpo.distributed import world_size
+
+    needed = (
+        t.per_device_batch_completions // t.num_generations * t.gradient_accumulation_steps * world_size()
+    )
+    if size < needed:
+        _fail(
+            f"env.num_train_examples={size} is fewer than the {needed} distinct prompts of one generation "
+            f"batch (trainer.per_device_batch_completions / trainer.num_generations x "
+            f"gradient_accumulation_steps x processes): set env.num_train_examples={needed} or more, or "
+            "lower trainer.per_device_batch_completions"
         )
 
 

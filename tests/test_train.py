@@ -65,6 +65,19 @@ class LogCapture(TrainerCallback):
 # ---- config -> TRL ----------------------------------------------------------------------------
 
 
+def test_fewer_train_rows_than_one_generation_batch_is_a_user_error(tmp_path):
+    """TRL would train 0 steps without a word: the trainer refuses, for any env (here the split's
+    size is not in the settings the trainer sees, as with a verifiers env)."""
+    cfg = load_settings(
+        ["+env=char_target", "trainer.num_generations=2", "trainer.per_device_batch_completions=8"]
+    )
+    env = packaged_env("char_target", num_train_examples=3, num_eval_examples=1)
+    with pytest.raises(UserError, match="has 3 train rows, fewer than the 4 distinct prompts") as info:
+        build_trainer(cfg, env, tmp_path)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "checkpoints").exists()
+
+
 def test_config_maps_onto_grpo_config(tmp_path):
     cfg = load_settings(
         [

@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 # (overrides after +env=..., text the one-line error must contain)
 RULES = [
     (["trainer.num_generations=1"], "trainer.num_generations=1: GRPO needs a group of at least 2"),
+    (
+        ["env.num_train_examples=3", "trainer.num_generations=2", "trainer.per_device_batch_completions=8"],
+        "env.num_train_examples=3 is fewer than the 4 distinct prompts of one generation batch",
+    ),
     (["trainer.per_device_batch_completions=6"], "per_device_batch_completions=6 is not a multiple of"),
     (["trainer.num_generations=8", "trainer.per_device_batch_completions=12"], "set it to 8 or 16"),
     (["trainer.max_steps=0"], "trainer.max_steps=0 must be >= 1"),

@@ -259,6 +259,54 @@ def test_single_turn_rows_rewards_and_scores_equal_verifiers(tmp_path):
     assert {rec["correct_answer"] for rec in records} == {0.0, 1.0}
 
 
+def test_single_turn_through_an_openai_compatible_server_scores_as_verifiers(tmp_path):
+    """The same check with the completions coming over HTTP from a scripted OpenAI-compatible
+    server through generation=openai (what a served model would send)."""
+    import re
+
+    from test_openai_endpoint import ScriptedServer, completion_payload
+
+    from grpo.generation import make_backend
+
+    def reply(body, number):
+        a, b = map(int, re.findall(r"\d+", body["messages"][-1]["content"])[:2])
+        right = a % 2 == 0  # even first operand: right and tagged; odd: a wrong, untagged guess
+        text = (
+            f"<reasoning>\n{a}+{b}\n</reasoning>\n<answer>\n{a + b}\n</answer>" if right else f"maybe {a * b}"
+        )
+        return 200, completion_payload(body, text, len(text.split()))
+
+    env = env_of(SINGLE_ID, "env.args={num_examples: 4}")
+    with ScriptedServer(reply) as server:
+        settings = load_settings(
+            [
+                "+env=verifiers",
+                f"env.id={SINGLE_ID}",
+                "generation=openai",
+                f"generation.base_url={server.url}",
+            ]
+            + ["generation.model=scripted", "generation.max_retries=0"]
+        )
+        backend = make_backend(settings.generation, None, None, settings.model)
+        evaluate_rows(settings, env, env.rows("eval"), 2, backend, tmp_path)
+        # the env's formatted prompt went over the wire as it is (system prompt and few-shot included)
+        assert [m["role"] for m in server.bodies[0]["messages"]] == ["system", "user", "assistant", "user"]
+    records = [
+        json.loads(line) for line in (tmp_path / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    assert len(records) == 8 and {rec["correct_answer"] for rec in records} == {0.0, 1.0}
+
+    reference = load_verifiers_env(SINGLE_ID, {"num_examples": 4})
+    names = {n: n for n in ("correct_answer", "length_penalty", "format_reward_func")}
+    names["vf_num_turns"] = "num_turns"
+    for vf_row in (dict(r) for r in reference.get_eval_dataset()):
+        group = [rec for rec in records if rec["example_id"] == vf_row["example_id"]]
+        states = [vf_state(vf_row, rec["completion"]) for rec in group]
+        asyncio.run(reference.rubric.score_group(states))
+        for record, state in zip(group, states, strict=True):
+            check_record(record, state, names)
+
+
 # ---- multi-turn ------------------------------------------------------------------------------------
 
 

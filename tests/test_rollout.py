@@ -16,7 +16,7 @@ from grpo.envs import build_env
 from grpo.envs.base import Environment, Row
 from grpo.errors import UserError
 from grpo.generation import GenRequest, Sampling, make_backend
-from grpo.generation.hf import HFBackend
+from grpo.generation.hf import HFBackend, _growing_cache, _GrowingLayer, _SampleAndRecord
 from grpo.models import load_policy, load_tokenizer
 from grpo.rollout import TurnTokenizer, run_rollouts
 from grpo.validation import check
@@ -196,6 +196,75 @@ def test_logprobs_are_those_of_the_sampling_distribution(policy, cfg, env, rows)
     assert mask.sum() >= 20 and (~mask).sum() > 0
     assert torch.allclose(got[mask], expected[mask], atol=1e-4)
     assert torch.all(got[~mask] == 0.0)
+
+
+def test_sampler_draws_each_row_from_its_own_distribution():
+    """_SampleAndRecord's draw (one uniform number per row against the cumulative probabilities):
+    token frequencies match each row's softmax, tokens without probability (cut by top-p, the
+    first and the last id among them) are never drawn, generate()'s argmax sees exactly the drawn
+    token, and the recorded log-prob is the drawn token's."""
+    a = torch.tensor([0.0, 0.5, 0.0, 0.2, 0.25, 0.05, 0.0])
+    b = torch.tensor([0.0, 0.0, 0.6, 0.0, 0.0, 0.1, 0.3])
+    n = 6000
+    probs = torch.stack([a, b]).repeat(n // 2, 1)  # rows alternate between the two
+    picker = _SampleAndRecord(greedy=False)
+    torch.manual_seed(0)
+    out = picker(torch.zeros((n, 1), dtype=torch.long), probs.log())
+    assert torch.isfinite(out).sum(dim=-1).eq(1).all()
+    chosen = out.argmax(dim=-1)
+    for parity, p in ((0, a), (1, b)):
+        freq = torch.bincount(chosen[parity::2], minlength=7).double() / (n // 2)
+        assert freq[p == 0].sum() == 0
+        sigma = (p.double() * (1 - p.double()) / (n // 2)).sqrt()
+        assert ((freq - p.double()).abs() <= 4 * sigma + 1e-12).all(), (freq, p)
+    recorded = picker.finish(chosen[:, None])
+    assert torch.allclose(recorded[:, 0], probs.log().gather(1, chosen[:, None]).squeeze(1))
+
+
+@pytest.mark.parametrize(("u", "expected"), [(0.0, [1, 2]), (1 - 2**-53, [5, 6])])
+def test_sampler_extreme_draws_stay_on_tokens_with_probability(monkeypatch, u, expected):
+    """The smallest and the largest uniform numbers still land on a token with probability,
+    also when zero-probability ids sit at both ends of the vocabulary."""
+    a = torch.tensor([0.0, 0.5, 0.0, 0.2, 0.25, 0.05, 0.0])
+    b = torch.tensor([0.0, 0.0, 0.6, 0.0, 0.0, 0.1, 0.3])
+    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.full(shape, u, **kw))
+    out = _SampleAndRecord(greedy=False)(torch.zeros((2, 1), dtype=torch.long), torch.stack([a, b]).log())
+    assert out.argmax(dim=-1).tolist() == expected
+
+
+def test_greedy_picker_keeps_the_scores_and_records_the_argmax():
+    scores = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 1.0]])
+    picker = _SampleAndRecord(greedy=True)
+    assert torch.equal(picker(torch.zeros((2, 1), dtype=torch.long), scores), scores)
+    expected = torch.log_softmax(scores, dim=-1)[[0, 1], [1, 0]]
+    assert torch.allclose(picker.finish(torch.tensor([[1], [0]]))[:, 0], expected)
+
+
+def test_growing_cache_decodes_as_generates_own_cache(policy):
+    """The preallocated-room cache layer against transformers' DynamicLayer (concatenation): the
+    same greedy tokens and the same keys and values over 300 new tokens of a left-padded batch,
+    which outgrows the first room and moves into a larger one."""
+    from transformers import GenerationConfig
+
+    model, _ = policy
+    model.eval()
+    prompts = [[5, 9, 14, 200, 31], [7, 8, 9, 10, 11, 12, 13, 14, 15], [40, 41]]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    config = GenerationConfig(
+        max_new_tokens=300, min_new_tokens=300, do_sample=False, pad_token_id=0, return_dict_in_generate=True
+    )
+    cache = _growing_cache(model)
+    assert cache is not None and all(isinstance(layer, _GrowingLayer) for layer in cache.layers)
+    with torch.no_grad():
+        ours = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, cache=cache)
+        theirs = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    assert torch.equal(ours.sequences, theirs.sequences)
+    assert len(set(ours.sequences[0, width:].tolist())) > 5, "greedy output should vary"
+    for mine, reference in zip(ours.cache.layers, theirs.cache.layers, strict=True):
+        assert mine._room[0].shape[-2] > width + 256  # it grew once at least
+        assert torch.equal(mine.keys, reference.keys) and torch.equal(mine.values, reference.values)
 
 
 def test_completion_budget_caps_turns_and_ends_truncated(policy, cfg):

@@ -19,7 +19,7 @@ control).
     GRPO_BENCH_THREADS=1 python benchmarks/learning_alphabet_sort.py   # torch threads (default: torch's, one per core)
 
 The thread count changes the order of float sums and so the whole trajectory: compare runs at the
-same count. Measured here on 2 cores (2 threads): gain 0.0865 in 14.3 min (README "See it learn").
+same count. Measured here on 2 cores (2 threads): gain 0.0873 in 17.6 min (README "See it learn").
 
 Last line: `gain: X` (mean reward after GRPO minus the control's).
 """

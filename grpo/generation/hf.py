@@ -25,8 +25,8 @@ top-p-truncated; raw logits when greedy) — what TRL calls processed logprobs; 
 only takes the argmax. Only one step of full-vocabulary log-probs is held at a time, never the
 whole (steps x batch x vocab) tensor that `output_scores` would keep. The KV cache's layers write
 into preallocated room (`_GrowingLayer`) instead of concatenating at every step. Both are per-row
-decode costs that batching cannot amortise: together a batched CPU rollout of 16 rows runs ~1.3x
-faster (benchmarks/decode_loop.py).
+decode costs that batching cannot amortise: together they make a batched CPU decode step of 16
+rows 1.3x faster (benchmarks/decode_loop.py).
 """
 
 from __future__ import annotations

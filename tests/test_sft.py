@@ -26,7 +26,8 @@ from grpo.validation import check
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 # char_target: a random tiny model scores ~0.6 (its bytes are often letters); 40 SFT steps on the
-# reference answers (the topic's letters) take it to ~0.9 in a few CPU seconds
+# reference answers (the topic's letters) take it to ~0.81 in a few CPU seconds (mean of 12 eval
+# seeds x 128 rollouts; one seed's 32 rollouts vary by ~0.04 around it, 0.77-0.85 seen)
 LEARN = [
     "+env=char_target",
     "eval.num_examples=16",
@@ -56,7 +57,7 @@ def learned(tmp_path_factory):
 def test_sft_raises_the_eval_reward_above_the_random_models(learned):
     _, _, before, after = learned
     assert 0.5 < before < 0.7, before
-    assert after > 0.8, after
+    assert after > 0.7, after  # ~0.81 expected: 2.5 standard deviations of one seed's 32 rollouts below
     assert after - before >= 0.15, f"eval reward {before:.3f} -> {after:.3f}"
 
 

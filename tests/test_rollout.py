@@ -232,6 +232,16 @@ def test_sampler_extreme_draws_stay_on_tokens_with_probability(monkeypatch, u, e
     assert out.argmax(dim=-1).tolist() == expected
 
 
+@pytest.mark.parametrize("broken", [float("nan"), float("inf"), float("-inf")])
+def test_sampler_refuses_scores_a_diverged_model_gives(broken):
+    """NaN or infinite scores (diverged weights) are a one-line error naming the cause, not a
+    token drawn from garbage; an all -inf row (nothing left to draw) too."""
+    scores = torch.zeros((3, 5))
+    scores[1] = broken
+    with pytest.raises(UserError, match="NaN or infinite in 1 of 3 rows.*diverged"):
+        _SampleAndRecord(greedy=False)(torch.zeros((3, 1), dtype=torch.long), scores)
+
+
 def test_greedy_picker_keeps_the_scores_and_records_the_argmax():
     scores = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 1.0]])
     picker = _SampleAndRecord(greedy=True)

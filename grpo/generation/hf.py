@@ -51,6 +51,7 @@ from transformers import (
 )
 from transformers.cache_utils import DynamicLayer
 
+from grpo.errors import UserError
 from grpo.generation.base import ChatTokenizerSide, GenRequest, GenResult, Sampling
 
 
@@ -449,6 +450,13 @@ class _SampleAndRecord(LogitsProcessor):
         else:
             cdf = logprobs.exp().cumsum(dim=-1, dtype=torch.float64)
             total = cdf[:, -1:]
+            bad = ~(total > 0.5)  # ~1 for any finite scores; NaN or 0 when they are NaN / inf / all -inf
+            if bad.any():
+                raise UserError(
+                    f"the policy's next-token scores are NaN or infinite in {int(bad.sum())} of "
+                    f"{len(bad)} rows: its weights have diverged (lower optimizer.lr) or the "
+                    "checkpoint is broken"
+                )
             # strictly below the total, so the search never runs past the last token with mass
             u = torch.rand(total.shape, dtype=torch.float64, device=scores.device) * total * (1 - 2**-52)
             chosen = torch.searchsorted(cdf, u, right=True)

@@ -30,7 +30,7 @@ def main(rounds: int) -> None:
     import torch
     import trl.trainer.utils as trl_utils
 
-    from grpo.cli import load_settings
+    from grpo.cli.preflight import load_settings
     from grpo.envs import build_env
     from grpo.fused_head import score_labelled_positions_on_cpu
     from grpo.models import load_policy

@@ -49,15 +49,15 @@ def paired_gain(a: list[list[float]], b: list[list[float]]) -> tuple[float, floa
 def main(overrides: list[str]) -> None:
     import torch
 
-    from grpo.cli import load_settings
+    from grpo.cli.checks import check
+    from grpo.cli.preflight import load_settings
     from grpo.config import ModelConfig
     from grpo.envs import build_env
-    from grpo.evaluate import evaluate
+    from grpo.evaluation.evaluator import evaluate
     from grpo.generation import make_backend
     from grpo.models import load_policy
     from grpo.sft.train import train_sft
-    from grpo.train import train
-    from grpo.validation import check
+    from grpo.train.trainer import train
 
     if os.environ.get("GRPO_BENCH_THREADS"):
         torch.set_num_threads(int(os.environ["GRPO_BENCH_THREADS"]))

@@ -45,7 +45,7 @@ def seconds_per_step(cfg, env, out: Path) -> float:
     from transformers import TrainerCallback
 
     from grpo.models import load_policy
-    from grpo.train import train
+    from grpo.train.trainer import train
 
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
@@ -69,7 +69,7 @@ def main() -> None:
 
     import torch
 
-    from grpo.cli import load_settings
+    from grpo.cli.preflight import load_settings
     from grpo.envs import build_env
 
     torch.set_num_threads(1)  # a tiny model; identical for both sides

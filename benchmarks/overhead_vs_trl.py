@@ -63,7 +63,7 @@ def median_step(timer) -> float:
 
 def run_ours(cfg, env, out: Path) -> float:
     from grpo.models import load_policy
-    from grpo.train import train
+    from grpo.train.trainer import train
 
     model, tokenizer = load_policy(cfg.model)
     timer = step_timer()
@@ -78,7 +78,7 @@ def run_bare_trl(cfg, env, out: Path) -> float:
 
     from grpo.envs.char_target import target_fraction
     from grpo.models import load_policy
-    from grpo.train import grpo_config_kwargs
+    from grpo.train.trainer import grpo_config_kwargs
 
     model, tokenizer = load_policy(cfg.model)
     rows = env.rows("train")
@@ -114,7 +114,7 @@ def main() -> None:
 
     import torch
 
-    from grpo.cli import load_settings
+    from grpo.cli.preflight import load_settings
     from grpo.envs import build_env
 
     torch.set_num_threads(1)  # a tiny model; identical for both sides

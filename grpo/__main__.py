@@ -16,9 +16,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from grpo.cli import exit_on_user_error, preflight, run_config
+from grpo.cli.preflight import exit_on_user_error, preflight, run_config
 from grpo.config import GrpoConfig, register_schema, to_settings
-from grpo.distributed import (
+from grpo.files import register_new_dir_resolver
+from grpo.run.distributed import (
     adopt_submitit_tasks,
     close_group,
     follower_overrides,
@@ -27,7 +28,6 @@ from grpo.distributed import (
     wait_for_run_dir,
     world_size,
 )
-from grpo.files import register_new_dir_resolver
 
 register_schema()
 register_new_dir_resolver()
@@ -37,7 +37,7 @@ register_new_dir_resolver()
 def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
-    from grpo.interrupt import Interrupted, handle_signals
+    from grpo.run.interrupt import Interrupted, handle_signals
 
     adopt_submitit_tasks()  # a data-parallel submitit job: each task is one rank
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -54,7 +54,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             from grpo.tracking.store import output_root
 
             publish_run_dir(output_root(to_settings(cfg)), run_dir)
-        from grpo.validation import check_once
+        from grpo.cli.checks import check_once
 
         settings = to_settings(cfg)
         # a no-op for what the preflight checked; a sweep job with sampled values is checked here
@@ -76,7 +76,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 def interrupted_line(ex: BaseException, run_dir: Path, overrides: list[str]) -> str:
     """The one line an interrupted run ends with: where it stopped, and the command that goes on."""
-    from grpo.resume import resumable
+    from grpo.run.resume import resumable
 
     stage, step = getattr(ex, "stage", None), getattr(ex, "step", None)
     if stage == "train" and step is not None:
@@ -98,7 +98,7 @@ def main() -> None:
 
 def _follower_overrides(argv: list[str], settings: GrpoConfig) -> list[str]:
     """Ranks > 0 of a multi-process launch: rank 0's run dir (grpo/distributed.py)."""
-    from grpo.cli import fail
+    from grpo.cli.preflight import fail
     from grpo.errors import UserError
     from grpo.tracking.store import output_root
 

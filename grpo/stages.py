@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo.config import GrpoConfig
-from grpo.distributed import is_main
-from grpo.interrupt import enter_stage
+from grpo.run.distributed import is_main
+from grpo.run.interrupt import enter_stage
 
 # the reward_model stage's output dir under the run dir
 RM_DIR = "reward_model"
 
 if TYPE_CHECKING:
-    from grpo.evaluate import EvalResult
+    from grpo.evaluation.evaluator import EvalResult
     from grpo.reward_model.train import RMResult
     from grpo.sft.train import SftResult
-    from grpo.train import TrainResult
+    from grpo.train.trainer import TrainResult
 
 
 @dataclass
@@ -128,13 +128,13 @@ def _baseline_done(settings: GrpoConfig, results: RunResults) -> bool:
     """A resumed run whose chain has already evaluated the baseline (grpo/resume.py)."""
     if not settings.resume or eval_label(settings, results.train is not None) != "baseline":
         return False
-    from grpo.resume import done_in_chain
+    from grpo.run.resume import done_in_chain
 
     return done_in_chain(settings.resume, "eval_baseline/results.jsonl") is not None
 
 
 def _eval_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
-    from grpo.evaluate import evaluate
+    from grpo.evaluation.evaluator import evaluate
     from grpo.generation import make_backend
     from grpo.rewards import extra_reward_funcs, score_funcs
 
@@ -174,10 +174,10 @@ def _eval_best(
     settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults, scores: list[Any]
 ) -> None:
     """Evaluate the best checkpoint (by validation reward), loaded from disk, as label `best`."""
-    from grpo.evaluate import evaluate
+    from grpo.evaluation.evaluator import evaluate
     from grpo.generation import make_backend
     from grpo.rewards import extra_reward_funcs
-    from grpo.train import checkpoint_policy
+    from grpo.train.trainer import checkpoint_policy
 
     best = results.train.best
     if settings.generation.backend != "hf":
@@ -231,7 +231,7 @@ def _push_dataset(settings: GrpoConfig, result: EvalResult) -> None:
     ev = settings.eval
     if ev.push_to_hub is None or result.dataset_path is None:
         return
-    from grpo.eval_dataset import push_eval_dataset
+    from grpo.evaluation.dataset import push_eval_dataset
 
     url = push_eval_dataset(
         result.dataset_path, ev.push_to_hub, result.label, ev.hub_private, ev.hub_token_env
@@ -240,7 +240,7 @@ def _push_dataset(settings: GrpoConfig, result: EvalResult) -> None:
 
 
 def _train_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
-    from grpo.train import train
+    from grpo.train.trainer import train
 
     policy = results.policy or Policy(None, None)
     result = train(
@@ -258,9 +258,9 @@ def _train_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, re
 
 
 def _reward_model_stage(settings: GrpoConfig, run_dir: Path, tracker: Any, results: RunResults) -> None:
-    from grpo.resume import checkpoint_in_chain, done_in_chain
     from grpo.reward_model import META_FILE
     from grpo.reward_model.train import train_reward_model
+    from grpo.run.resume import checkpoint_in_chain, done_in_chain
 
     resume_from = None
     if settings.resume:
@@ -276,7 +276,7 @@ def _reward_model_stage(settings: GrpoConfig, run_dir: Path, tracker: Any, resul
 
 
 def _sft_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
-    from grpo.resume import checkpoint_in_chain, done_in_chain
+    from grpo.run.resume import checkpoint_in_chain, done_in_chain
     from grpo.sft import META_FILE, SFT_DIR
     from grpo.sft.train import train_sft
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from grpo.cli import compose
+from grpo.cli.preflight import compose
 from grpo.envs import build_env
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo.cli import compose, group_options
+from grpo.cli.checks import check
+from grpo.cli.preflight import compose, group_options
 from grpo.config import to_settings
 from grpo.errors import UserError
-from grpo.validation import check
 
 GROUPS = ["model", "language", "reward_model", "optimizer", "trainer", "generation", "tracking"]
 ENVS = group_options("env")

@@ -12,7 +12,7 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from grpo.compare import main
+from grpo.cli.compare import main
 from grpo.tracking.store import make_client
 from grpo.tracking.summary import best_point, final_reward
 

@@ -14,9 +14,9 @@ import pytest
 from grpo_process import CHAR_TARGET_TRAIN, process_env
 from mlflow.tracking import MlflowClient
 
-from grpo.checkpoints import checkpoints_of, is_complete_checkpoint
-from grpo.distributed import follower_overrides, publish_run_dir, rendezvous_file, wait_for_run_dir
 from grpo.errors import UserError
+from grpo.run.checkpoints import checkpoints_of, is_complete_checkpoint
+from grpo.run.distributed import follower_overrides, publish_run_dir, rendezvous_file, wait_for_run_dir
 
 pytestmark = pytest.mark.slow
 
@@ -201,9 +201,9 @@ def test_ctrl_c_on_torchrun_stops_both_ranks_at_one_checkpoint(tmp_path):
 
 
 def test_a_resume_needs_as_many_processes_as_wrote_the_checkpoint(tmp_path, monkeypatch):
-    from grpo.checkpoints import mark_checkpoint_complete
-    from grpo.cli import load_settings
-    from grpo.validation import check
+    from grpo.cli.checks import check
+    from grpo.cli.preflight import load_settings
+    from grpo.run.checkpoints import mark_checkpoint_complete
 
     checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-2"
     checkpoint.mkdir(parents=True)

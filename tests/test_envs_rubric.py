@@ -13,7 +13,7 @@ import pytest
 from grpo.envs.base import Environment, Row
 from grpo.envs.rubric import RewardFunc, Rubric, score_reward
 from grpo.errors import UserError
-from grpo.evaluate import _record, combined_rubric, summarize
+from grpo.evaluation.evaluator import _record, combined_rubric, summarize
 from grpo.files import to_json
 from grpo.rewards import RubricReward, rubric_reward_funcs
 

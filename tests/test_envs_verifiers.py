@@ -29,11 +29,11 @@ vf = pytest.importorskip("verifiers")
 
 from env_mask_check import assert_env_mask_follows_the_template  # noqa: E402
 
-from grpo.cli import compose, load_settings  # noqa: E402
+from grpo.cli.preflight import compose, load_settings  # noqa: E402
 from grpo.envs import build_env  # noqa: E402
 from grpo.envs.verifiers_env import INSTALL_HINT, VerifiersEnv, load_verifiers_env  # noqa: E402
 from grpo.errors import UserError  # noqa: E402
-from grpo.evaluate import evaluate_rows  # noqa: E402
+from grpo.evaluation.evaluator import evaluate_rows  # noqa: E402
 from grpo.generation.base import GenRequest, GenResult, Sampling  # noqa: E402
 
 SINGLE_ID, MULTI_ID = "vf-grpo-single", "someorg/vf-grpo-multi"
@@ -419,7 +419,7 @@ def test_loading_keeps_the_process_signal_handlers():
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_two_grpo_steps_on_the_multi_turn_env_mask_its_turns(tmp_path):
-    from grpo.train import build_trainer
+    from grpo.train.trainer import build_trainer
 
     cfg = load_settings(
         [

@@ -26,8 +26,8 @@ from grpo_process import CHAR_TARGET_TRAIN, process_env
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
-from grpo.checkpoints import checkpoint_step, is_complete_checkpoint, latest_checkpoint
 from grpo.files import claim_new_dir
+from grpo.run.checkpoints import checkpoint_step, is_complete_checkpoint, latest_checkpoint
 
 RUN = [*CHAR_TARGET_TRAIN, "trainer.save_steps=50", "seed=7"]
 MAX_STEPS = 16

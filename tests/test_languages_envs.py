@@ -20,7 +20,7 @@ import pytest
 from packaged_env import packaged_config, packaged_env
 from test_languages_collation import EXPECTED, JA_EXPECTED
 
-from grpo.cli import compose
+from grpo.cli.preflight import compose
 from grpo.envs import build_env
 from grpo.envs.alphabet_sort import NEW_NAME_SUFFIX, AlphabetSortEnv
 from grpo.envs.reverse_text import ReverseTextEnv, reverse

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo.cli import load_settings
+from grpo.cli.checks import check
+from grpo.cli.preflight import load_settings
 from grpo.config import ModelConfig
 from grpo.errors import UserError
 from grpo.models import (
@@ -34,7 +35,6 @@ from grpo.models.tiny import (
     tiny_tokenizer,
     tiny_tokenizer_dir,
 )
-from grpo.validation import check
 
 MULTILINGUAL = [
     "Hello, world! Sort: Alice, Bob.",

@@ -22,14 +22,14 @@ from typing import Any
 
 import pytest
 
-from grpo.cli import load_settings
+from grpo.cli.checks import check
+from grpo.cli.preflight import load_settings
 from grpo.envs import build_env
 from grpo.envs.base import Environment, Row
 from grpo.errors import UserError
 from grpo.generation import Sampling, make_backend
 from grpo.generation.openai_endpoint import OpenAIBackend
 from grpo.rollout import run_rollouts
-from grpo.validation import check
 
 KEY_VAR = "GRPO_TEST_ENDPOINT_KEY"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo.cli import load_settings
+from grpo.cli.output_check import check_writable_outputs
+from grpo.cli.preflight import load_settings
 from grpo.errors import UserError
-from grpo.output_check import check_writable_outputs
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 # the run would evaluate the tiny model if the check let it through; it must stop before that

@@ -20,7 +20,10 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from grpo.checkpoints import (
+from grpo.cli.preflight import load_settings
+from grpo.envs import build_env
+from grpo.errors import UserError
+from grpo.run.checkpoints import (
     COMPLETE_MARKER,
     checkpoint_step,
     checkpoints_of,
@@ -29,10 +32,7 @@ from grpo.checkpoints import (
     mark_checkpoint_complete,
     resume_drift,
 )
-from grpo.cli import load_settings
-from grpo.envs import build_env
-from grpo.errors import UserError
-from grpo.train import PromptIndex, train
+from grpo.train.trainer import PromptIndex, train
 
 RUN = [
     "+env=char_target",

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from packaged_env import packaged_env
 
-from grpo.cli import load_settings
+from grpo.cli.checks import check
+from grpo.cli.preflight import load_settings
 from grpo.envs.alphabet_sort import AlphabetSortEnv
 from grpo.errors import UserError
 from grpo.jsonl_rows import MAX_REPORTED
@@ -26,7 +27,6 @@ from grpo.reward_model.synthetic import (
     main,
     synthetic_pairs,
 )
-from grpo.validation import check
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = {"prompt": "Sort: b, a", "chosen": "a\nb", "rejected": "b\na", "language": "en"}

@@ -11,7 +11,7 @@ import pytest
 import torch
 from packaged_env import packaged_env
 
-from grpo.cli import load_settings
+from grpo.cli.preflight import load_settings
 from grpo.envs.alphabet_sort import AlphabetSortEnv
 from grpo.errors import UserError
 from grpo.reward_model.backbone import RMMeta, build_backbone, save_reward_model

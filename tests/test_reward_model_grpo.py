@@ -10,13 +10,13 @@ import pytest
 from mlflow import MlflowClient
 from transformers import TrainerCallback
 
-from grpo.cli import load_settings
+from grpo.cli.preflight import load_settings
 from grpo.envs import build_env
 from grpo.reward_model import META_FILE
 from grpo.rewards.learned import RewardModelScorer
 from grpo.stages import run_stages
 from grpo.tracking.store import metric_curve, tracking_uri
-from grpo.train import build_trainer
+from grpo.train.trainer import build_trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

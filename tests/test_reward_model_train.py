@@ -11,7 +11,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from grpo.cli import load_settings
+from grpo.cli.preflight import load_settings
 from grpo.reward_model import CALIBRATION_FILE, HELDOUT_PAIRS_FILE, META_FILE, METRICS_FILE, TRAIN_PAIRS_FILE
 from grpo.reward_model.backbone import inner_model, lang_tag, load_reward_model
 from grpo.reward_model.calibration import Calibration

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from test_languages_consistency import TEXTS
 
-from grpo.cli import compose
+from grpo.cli.preflight import compose
 from grpo.envs import build_env
 from grpo.envs.alphabet_sort import AlphabetSortEnv
 from grpo.envs.rubric import Rubric

@@ -11,7 +11,8 @@ import random
 import pytest
 import torch
 
-from grpo.cli import load_settings
+from grpo.cli.checks import check
+from grpo.cli.preflight import load_settings
 from grpo.envs import build_env
 from grpo.envs.base import Environment, Row
 from grpo.errors import UserError
@@ -19,7 +20,6 @@ from grpo.generation import GenRequest, Sampling, make_backend
 from grpo.generation.hf import HFBackend, _growing_cache, _GrowingLayer, _SampleAndRecord
 from grpo.models import load_policy, load_tokenizer
 from grpo.rollout import TurnTokenizer, run_rollouts
-from grpo.validation import check
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

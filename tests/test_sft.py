@@ -12,7 +12,8 @@ import torch
 from mlflow import MlflowClient
 from test_sft_data import CONVERSATION
 
-from grpo.cli import load_settings
+from grpo.cli.checks import check
+from grpo.cli.preflight import load_settings
 from grpo.envs import build_env
 from grpo.models import load_policy
 from grpo.sft import META_FILE, SFT_DIR
@@ -21,7 +22,6 @@ from grpo.sft.train import build_sft_trainer, prepare_examples, train_sft
 from grpo.stages import run_stages
 from grpo.tracking.mlflow_tracker import RUN_FILE
 from grpo.tracking.store import metric_curve, tracking_uri
-from grpo.validation import check
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -160,7 +160,7 @@ def test_lora_sft_is_merged_into_a_plain_model_that_model_path_loads(lora_sft):
 
 
 def test_grpo_after_sft_takes_the_sft_model_as_its_reference(lora_sft):
-    from grpo.train import INITIAL_MODEL_DIR, build_trainer
+    from grpo.train.trainer import INITIAL_MODEL_DIR, build_trainer
 
     _, env, _, result, run_dir = lora_sft
     assert result.model.config._name_or_path == str(result.path)

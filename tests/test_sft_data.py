@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from packaged_env import packaged_env
 
-from grpo.cli import load_settings
+from grpo.cli.checks import check
+from grpo.cli.preflight import load_settings
 from grpo.errors import UserError
 from grpo.jsonl_rows import MAX_REPORTED
 from grpo.rollout import TurnTokenizer
 from grpo.sft import META_FILE, SFT_DIR
 from grpo.sft.data import Demonstration, env_demonstrations, load_conversations, load_demonstrations
 from grpo.sft.replay import build_examples, replay
-from grpo.validation import check
 
 REPO = Path(__file__).resolve().parents[1]
 CONVERSATION = {
@@ -280,7 +280,7 @@ def test_sft_config_rules(overrides, message):
 
 
 def test_a_resume_with_sft_in_stages_passes_the_checks(tmp_path):
-    from grpo.checkpoints import mark_checkpoint_complete
+    from grpo.run.checkpoints import mark_checkpoint_complete
 
     checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-2"
     checkpoint.mkdir(parents=True)

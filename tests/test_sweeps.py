@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from grpo.cli import compose
+from grpo.cli.preflight import compose
 from grpo.tracking.summary import child_runs
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,9 +21,10 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from grpo.cli import load_settings
+from grpo.cli.checks import check
+from grpo.cli.preflight import load_settings
 from grpo.errors import UserError
-from grpo.evaluate import EvalResult
+from grpo.evaluation.evaluator import EvalResult
 from grpo.tracking import NullTracker, make_tracker
 from grpo.tracking.mlflow_tracker import RUN_FILE, eval_scores, render_messages, sample_table
 from grpo.tracking.params import config_params, safe_name, varied_overrides
@@ -37,7 +38,6 @@ from grpo.tracking.store import (
     tracking_uri,
     with_retry,
 )
-from grpo.validation import check
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from grpo.cli import load_settings
+from grpo.cli.preflight import load_settings
 from grpo.models import load_policy, lora_config
 from grpo.stages import run_stages
 from grpo.tracking import make_tracker
@@ -170,8 +170,8 @@ def test_one_run_registers_its_policy_and_its_reward_model(tmp_path) -> None:
 
 
 def test_register_as_needs_mlflow() -> None:
+    from grpo.cli.checks import check
     from grpo.errors import UserError
-    from grpo.validation import check
 
     settings = load_settings(["+env=alphabet_sort", "tracking=none", "tracking.register_as=x"])
     with pytest.raises(UserError, match="tracking.register_as logs to MLflow: it needs tracking=mlflow"):

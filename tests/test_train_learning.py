@@ -7,12 +7,12 @@ import statistics
 
 import pytest
 
-from grpo.cli import load_settings
+from grpo.cli.preflight import load_settings
 from grpo.envs import build_env
 from grpo.generation import Sampling, make_backend
 from grpo.models import load_policy
 from grpo.rollout import run_rollouts
-from grpo.train import train
+from grpo.train.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from grpo.cli import load_settings
+from grpo.cli.preflight import load_settings
 from grpo.config import GENERATION_BACKENDS, GenerationConfig
 from grpo.envs import build_env
 from grpo.generation import GenRequest, Sampling, make_backend
@@ -117,7 +117,7 @@ def test_server_url_and_factory_registration():
     reason="needs a CUDA GPU and vLLM",
 )
 def test_vllm_colocate_trains_and_evaluates(tmp_path):
-    from grpo.train import train
+    from grpo.train.trainer import train
 
     cfg = load_settings(
         [

@@ -206,7 +206,7 @@ class VerifiersEnv(Environment):
     # ---- rewards ---------------------------------------------------------------------------
     def _named_funcs(self) -> list[tuple[str, float]]:
         """The grpo name and weight of each verifiers reward function, in the rubric's order."""
-        from grpo.evaluate import RESERVED_KEYS
+        from grpo.evaluation.evaluator import RESERVED_KEYS
 
         named = []
         for rubric, func, weight in _reward_funcs(self.vf, self.vf_env.rubric):

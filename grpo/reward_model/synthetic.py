@@ -242,7 +242,7 @@ def env_config(settings: GrpoConfig, name: str | None) -> dict[str, Any]:
         if settings.env is None:
             raise UserError("reward_model.data.synthetic.env: no environment; add +env=NAME or set it")
         return dict(settings.env)
-    from grpo.cli import compose, group_options
+    from grpo.cli.preflight import compose, group_options
 
     if name not in group_options("env"):
         raise UserError(
@@ -280,7 +280,7 @@ def pairs_from_config(settings: GrpoConfig) -> list[PreferencePair]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """`python -m grpo.reward_model.synthetic OUT.jsonl [overrides]`: write synthetic pairs."""
-    from grpo.cli import check, fail
+    from grpo.cli.preflight import check, fail
     from grpo.reward_model.data import write_pairs
 
     args = list(sys.argv[1:] if argv is None else argv)

@@ -31,12 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo.checkpoints import STAGE_CHECKPOINT_DIRS, marker_callback
 from grpo.config import GrpoConfig
-from grpo.distributed import barrier, is_main, print_main
 from grpo.errors import UserError
 from grpo.files import write_json_atomic
-from grpo.interrupt import check_stopped, stop_callback
 from grpo.reward_model import HELDOUT_PAIRS_FILE, METRICS_FILE, TRAIN_PAIRS_FILE
 from grpo.reward_model.calibration import Calibration
 from grpo.reward_model.data import (
@@ -46,6 +43,9 @@ from grpo.reward_model.data import (
     split_heldout,
     write_pairs,
 )
+from grpo.run.checkpoints import STAGE_CHECKPOINT_DIRS, marker_callback
+from grpo.run.distributed import barrier, is_main, print_main
+from grpo.run.interrupt import check_stopped, stop_callback
 
 METRIC_PREFIX = "rm/"
 # RewardConfig fields the stage decides (reward_model.training.extra may not override them)
@@ -206,7 +206,7 @@ def reward_config(settings: GrpoConfig, output_dir: Path) -> Any:
     if fixed:
         raise UserError(f"reward_model.training.extra: {', '.join(fixed)} is set by the stage; remove it")
     kwargs.update(tr.extra)
-    from grpo.trl_config import build_trl_config
+    from grpo.trl_support import build_trl_config
 
     return build_trl_config(RewardConfig, kwargs, "reward_model.training", "reward_model.training.extra")
 

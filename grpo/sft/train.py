@@ -41,13 +41,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo.checkpoints import STAGE_CHECKPOINT_DIRS, marker_callback
 from grpo.config import GrpoConfig
-from grpo.distributed import print_main
 from grpo.envs.base import Environment
 from grpo.errors import UserError
 from grpo.files import replace_dir, write_json_atomic
-from grpo.interrupt import check_stopped, stop_callback
+from grpo.run.checkpoints import STAGE_CHECKPOINT_DIRS, marker_callback
+from grpo.run.distributed import print_main
+from grpo.run.interrupt import check_stopped, stop_callback
 from grpo.sft import META_FILE, METRIC_PREFIX
 from grpo.sft.data import Demonstration, load_demonstrations
 from grpo.sft.replay import Example, build_examples
@@ -86,7 +86,7 @@ def sft_config(settings: GrpoConfig, output_dir: Path) -> Any:
     """trl.SFTConfig of the stage; TRL's own rejections become one-line UserErrors."""
     from trl import SFTConfig
 
-    from grpo.trl_config import build_trl_config
+    from grpo.trl_support import build_trl_config
 
     f = settings.sft
     kwargs: dict[str, Any] = {

@@ -67,7 +67,7 @@ class NullTracker:
 def make_tracker(settings: GrpoConfig, run_dir: Path) -> Any:
     """The tracker of this run: MlflowTracker for tracking=mlflow, NullTracker for tracking=none
     and on every process but rank 0 of a multi-process run (one MLflow run, not N)."""
-    from grpo.distributed import is_main
+    from grpo.run.distributed import is_main
 
     if settings.tracking.backend == "none" or not is_main():
         return NullTracker()

@@ -206,7 +206,7 @@ class MlflowTracker:
         import pandas as pd
         from mlflow.entities import DatasetInput, InputTag
 
-        from grpo.eval_dataset import eval_input_rows
+        from grpo.evaluation.dataset import eval_input_rows
 
         task = result.task or str((self.settings.env or {}).get("name", ""))
         rows = eval_input_rows(list(read_jsonl(result.results_path)), task)

@@ -186,7 +186,7 @@ def done_in_chain(run_dir: str | Path, relative: str) -> Path | None:
 
 def checkpoint_in_chain(run_dir: str | Path, stage: str) -> Path | None:
     """The latest complete checkpoint of `stage` (train, sft, reward_model) along the chain."""
-    from grpo.checkpoints import STAGE_CHECKPOINT_DIRS, latest_complete
+    from grpo.run.checkpoints import STAGE_CHECKPOINT_DIRS, latest_complete
 
     for d in resume_chain(run_dir):
         found = latest_complete(d / STAGE_CHECKPOINT_DIRS[stage])
@@ -198,7 +198,7 @@ def checkpoint_in_chain(run_dir: str | Path, stage: str) -> Path | None:
 def resumable(run_dir: str | Path) -> bool:
     """Whether `resume=<run_dir>` has anything to continue from: a finished SFT or reward model, or
     a complete checkpoint of any training stage, along the chain."""
-    from grpo.checkpoints import STAGE_CHECKPOINT_DIRS
+    from grpo.run.checkpoints import STAGE_CHECKPOINT_DIRS
 
     finished = ("sft/sft_meta.json", "reward_model/rm_meta.json")
     return any(done_in_chain(run_dir, f) for f in finished) or any(

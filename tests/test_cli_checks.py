@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from grpo import __main__ as entry
-from grpo.cli import load_settings
+from grpo.cli.checks import check, check_once
+from grpo.cli.preflight import load_settings
 from grpo.config import LR_SCHEDULERS
 from grpo.errors import UserError
-from grpo.validation import check, check_once
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -386,7 +386,7 @@ def evaluate_rows(
         return result
     write_jsonl_atomic(results_path, records)
     if save_dataset:
-        from grpo.eval_dataset import save_eval_dataset
+        from grpo.evaluation.dataset import save_eval_dataset
 
         result.dataset_path = save_eval_dataset(records, out_dir, env.name)
     metadata = {

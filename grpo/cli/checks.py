@@ -323,8 +323,8 @@ def _resume(s: GrpoConfig) -> None:
         return  # a run interrupted in an earlier stage has no GRPO checkpoint yet (grpo/resume.py)
     if "train" not in s.stages:
         return
-    from grpo.checkpoints import latest_checkpoint
-    from grpo.resume import checkpoint_in_chain
+    from grpo.run.checkpoints import latest_checkpoint
+    from grpo.run.resume import checkpoint_in_chain
 
     checkpoint = checkpoint_in_chain(s.resume, "train")
     if checkpoint is None:
@@ -336,7 +336,7 @@ def _resume(s: GrpoConfig) -> None:
 def _same_processes(s: GrpoConfig, checkpoint: Path) -> None:
     """A checkpoint holds one RNG state per process (rng_state.pth, or rng_state_<rank>.pth): the
     data order and the sampling continue only with as many processes as wrote it."""
-    from grpo.distributed import world_size
+    from grpo.run.distributed import world_size
 
     wrote = len(list(checkpoint.glob("rng_state_*.pth"))) or len(list(checkpoint.glob("rng_state.pth")))
     if wrote and wrote != world_size():
@@ -357,7 +357,7 @@ def _eval(e: EvalConfig) -> None:
     if not 0.0 < e.top_p <= 1.0:
         _fail(f"eval.top_p must be in (0, 1], got {e.top_p}")
     if e.push_to_hub is not None:
-        from grpo.eval_dataset import HUB_REPO_PATTERN, hub_token
+        from grpo.evaluation.dataset import HUB_REPO_PATTERN, hub_token
 
         if not re.fullmatch(HUB_REPO_PATTERN, str(e.push_to_hub)):
             _fail(f"eval.push_to_hub={e.push_to_hub}: expected a Hub dataset repo id, namespace/name")
@@ -399,7 +399,7 @@ def _train_rows(s: GrpoConfig) -> None:
         or {"generation_batch_size", "steps_per_generation"} & set(t.extra)
     ):
         return  # no size in the config, or a generation batch shaped in trainer.extra
-    from grpo.distributed import world_size
+    from grpo.run.distributed import world_size
 
     needed = (
         t.per_device_batch_completions // t.num_generations * t.gradient_accumulation_steps * world_size()

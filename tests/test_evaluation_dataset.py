@@ -13,14 +13,14 @@ import pytest
 from datasets import load_from_disk
 from grpo_process import process_env
 from mlflow import MlflowClient
-from test_evaluate import ScriptedBackend, read_results
+from test_evaluation import ScriptedBackend, read_results
 
-from grpo.cli import load_settings
+from grpo.cli.checks import check
+from grpo.cli.preflight import load_settings
 from grpo.envs import build_env
 from grpo.errors import UserError
-from grpo.eval_dataset import DATASET_DIR, eval_input_rows
-from grpo.evaluate import RESULTS_FILE, evaluate
-from grpo.validation import check
+from grpo.evaluation.dataset import DATASET_DIR, eval_input_rows
+from grpo.evaluation.evaluator import RESULTS_FILE, evaluate
 
 
 def _wrong(reference: str) -> str:
@@ -152,7 +152,7 @@ def test_push_settings_are_checked_before_anything_runs(monkeypatch, override: s
 
 
 def test_dataset_rows_keep_a_missing_answer_empty() -> None:
-    from grpo.eval_dataset import dataset_rows
+    from grpo.evaluation.dataset import dataset_rows
 
     rows: list[dict[str, Any]] = dataset_rows([{"info": {"names": [["a"]]}, "reward": 0.0}], "alphabet_sort")
     assert rows == [{"info": '{"names": [["a"]]}', "reward": 0.0, "answer": "", "task": "alphabet_sort"}]

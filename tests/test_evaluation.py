@@ -22,14 +22,15 @@ from typing import Any
 import pytest
 from packaged_env import packaged_env
 
-from grpo.cli import load_settings
+from grpo.cli.checks import check
+from grpo.cli.preflight import load_settings
 from grpo.envs import build_env
 from grpo.envs.arithmetic import ArithmeticEnv
 from grpo.envs.base import Environment, Row
 from grpo.envs.parsers import assistant_turns
 from grpo.envs.rubric import RewardFunc
 from grpo.errors import UserError
-from grpo.evaluate import (
+from grpo.evaluation.evaluator import (
     METADATA_FILE,
     RESULTS_FILE,
     evaluate,
@@ -38,7 +39,6 @@ from grpo.evaluate import (
 )
 from grpo.files import to_json
 from grpo.generation.base import GenRequest, GenResult, Sampling
-from grpo.validation import check
 
 RECORD_KEYS = {
     "example_id",
@@ -339,7 +339,7 @@ def two_language_eval() -> tuple[Any, Any, ScriptedBackend]:
     cfg = load_settings(["+env=arithmetic", "eval.num_examples=4", "eval.rollouts_per_example=2"])
     # language=mix: the env holds the en and sv prompts its rows' references are written in
     env = packaged_env(
-        "arithmetic", "mix", _target_="test_evaluate.TwoLanguageArithmetic", num_eval_examples=10
+        "arithmetic", "mix", _target_="test_evaluation.TwoLanguageArithmetic", num_eval_examples=10
     )
     plan = [[True, False], [True, True], [False, False], [True, False]]
     return cfg, env, ScriptedBackend(env, env.rows("eval", 4), plan, lambda _: "\\boxed{}")

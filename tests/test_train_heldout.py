@@ -14,24 +14,24 @@ from mlflow import MlflowClient
 from peft import get_peft_model_state_dict
 from safetensors.torch import load_file
 
-from grpo.checkpoints import (
+from grpo.cli.checks import check
+from grpo.cli.preflight import load_settings
+from grpo.envs import build_env
+from grpo.errors import UserError
+from grpo.evaluation.evaluator import RESULTS_FILE, evaluate_rows
+from grpo.generation import make_backend
+from grpo.run.checkpoints import (
     BEST_MARKER,
     best_checkpoint,
     checkpoint_step,
     checkpoints_of,
     is_complete_checkpoint,
 )
-from grpo.cli import load_settings
-from grpo.envs import build_env
-from grpo.errors import UserError
-from grpo.evaluate import RESULTS_FILE, evaluate_rows
-from grpo.generation import make_backend
 from grpo.stages import run_stages
 from grpo.tracking.mlflow_tracker import RUN_FILE
 from grpo.tracking.store import metric_curve, tracking_uri
-from grpo.train import checkpoint_policy, train
-from grpo.train_validation import validation_metrics, validation_rows
-from grpo.validation import check
+from grpo.train.heldout import validation_metrics, validation_rows
+from grpo.train.trainer import checkpoint_policy, train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -8,13 +8,13 @@ import pytest
 from packaged_env import packaged_env
 from transformers import TrainerCallback
 
-from grpo.cli import load_settings
+from grpo.cli.preflight import load_settings
 from grpo.envs import build_env
 from grpo.envs.base import Row
 from grpo.rewards.consistency import language_monitor
 from grpo.rollout import Rollout
-from grpo.train import build_trainer, zero_signal_hint
-from grpo.train_monitors import batch_monitors, repeated_ngrams, repetition, tokens_per_turn, words
+from grpo.train.monitors import batch_monitors, repeated_ngrams, repetition, tokens_per_turn, words
+from grpo.train.trainer import build_trainer, zero_signal_hint
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

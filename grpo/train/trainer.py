@@ -51,7 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo.checkpoints import (
+from grpo.config import OPTIMIZERS, VLLM_MODES, GenerationConfig, GrpoConfig, ModelConfig
+from grpo.errors import UserError
+from grpo.run.checkpoints import (
     CHECKPOINTS_DIR,
     BestCheckpoint,
     best_checkpoint,
@@ -59,11 +61,9 @@ from grpo.checkpoints import (
     is_complete_checkpoint,
     resume_drift,
 )
-from grpo.config import OPTIMIZERS, VLLM_MODES, GenerationConfig, GrpoConfig, ModelConfig
-from grpo.distributed import any_rank, barrier, is_main, rank, world_size
-from grpo.errors import UserError
-from grpo.resume import checkpoint_in_chain
-from grpo.train_monitors import LanguageScore, batch_monitors, compact
+from grpo.run.distributed import any_rank, barrier, is_main, rank, world_size
+from grpo.run.resume import checkpoint_in_chain
+from grpo.train.monitors import LanguageScore, batch_monitors, compact
 
 INITIAL_MODEL_DIR = "initial_model"
 
@@ -383,7 +383,7 @@ def make_grpo_config(settings: GrpoConfig, output_dir: Path, reward_weights: Seq
 
     from trl import GRPOConfig
 
-    from grpo.trl_config import build_trl_config
+    from grpo.trl_support import build_trl_config
 
     kwargs = grpo_config_kwargs(settings, output_dir, reward_weights)
     return build_trl_config(GRPOConfig, kwargs, "trainer", "trainer.extra")
@@ -395,7 +395,7 @@ def make_grpo_config(settings: GrpoConfig, output_dir: Path, reward_weights: Seq
 def _callbacks(printer_header: str) -> tuple[Any, Any]:
     from transformers import TrainerCallback
 
-    from grpo.checkpoints import marker_callback
+    from grpo.run.checkpoints import marker_callback
 
     class ProgressPrinter(TrainerCallback):
         """One line per logging step: step, reward, per-function rewards, KL, loss, monitors,
@@ -577,7 +577,7 @@ def build_trainer(
     validation = None
     if settings.trainer.eval_steps:
         from grpo.rewards import extra_reward_funcs
-        from grpo.train_validation import ValidationCallback
+        from grpo.train.heldout import ValidationCallback
 
         validation = ValidationCallback(
             settings,
@@ -591,7 +591,7 @@ def build_trainer(
         )
         callbacks = [*callbacks, validation]
     from grpo.fused_head import score_labelled_positions_on_cpu
-    from grpo.interrupt import stop_callback
+    from grpo.run.interrupt import stop_callback
 
     score_labelled_positions_on_cpu()  # the log-prob head skips prompt positions on CPU too
     # TRL takes each generation batch's distinct prompts from whole chunks of the dataset and drops
@@ -654,7 +654,7 @@ def train(
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(bundle.resume_from) if bundle.resume_from else None)
     seconds = time.perf_counter() - start
-    from grpo.interrupt import check_stopped
+    from grpo.run.interrupt import check_stopped
 
     check_stopped("train")  # a first Ctrl-C / SIGTERM: the checkpoint of this step is on disk
 

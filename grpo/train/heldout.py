@@ -44,10 +44,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from grpo.checkpoints import CHECKPOINT_PREFIX, write_best_marker
 from grpo.config import GrpoConfig
 from grpo.envs.base import Environment, Row
 from grpo.envs.rubric import RewardFunc
+from grpo.run.checkpoints import CHECKPOINT_PREFIX, write_best_marker
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class ValidationCallback(TrainerCallback):
         process agrees on). The main process writes the files and logs the metrics."""
         import torch
 
-        from grpo.evaluate import evaluate_rows
+        from grpo.evaluation.evaluator import evaluate_rows
 
         out_dir = self.run_dir / VAL_DIR / f"step_{step}" if main_process else None
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []

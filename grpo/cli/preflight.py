@@ -143,7 +143,7 @@ def check(overrides: list[str]) -> GrpoConfig:
 
 def check_command(overrides: list[str]) -> tuple[GrpoConfig, DictConfig]:
     """`check`, returning the first job's composed config too."""
-    from grpo.validation import check_once
+    from grpo.cli.checks import check_once
 
     plain, swept = _checkable_overrides(overrides)
     jobs = [_composed([*plain, *job]) for job in _sweep_jobs(swept)]
@@ -167,7 +167,7 @@ def run_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     """The config a run uses: the composed one, or with resume= the resumed run's (grpo/resume.py)."""
     if not cfg.get("resume"):
         return cfg
-    from grpo.resume import resumed_config
+    from grpo.run.resume import resumed_config
 
     return resumed_config(cfg, list(overrides), config_groups())
 
@@ -235,7 +235,7 @@ def preflight(argv: Sequence[str]) -> GrpoConfig | None:
         return None
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         return None  # the user asked for Hydra's own full errors
-    from grpo.output_check import check_writable_outputs
+    from grpo.cli.output_check import check_writable_outputs
 
     try:
         settings, cfg = check_command(args.overrides or [])

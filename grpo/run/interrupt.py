@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grpo.distributed import any_rank, is_main
+from grpo.run.distributed import any_rank, is_main
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 

@@ -1,0 +1,1 @@
+"""The front door: the preflight, the settings rules, the output check, compare."""

@@ -1,0 +1,1 @@
+"""Evaluation: the evaluator and its dataset export."""

@@ -1,0 +1,1 @@
+"""Run bookkeeping: checkpoints, resume, interrupts, distributed processes."""

@@ -41,7 +41,7 @@ def main() -> None:
     from transformers import GenerationConfig
 
     torch.set_num_threads(args.threads)
-    from grpo.cli.preflight import load_settings
+    from grpo.compose import load_settings
     from grpo.envs import build_env
     from grpo.generation.base import GenRequest, Sampling
     from grpo.generation.hf import HFBackend, _left_padded

@@ -3,7 +3,7 @@
 One SFT micro-batch of the See it learn recipe (+experiment=alphabet_sort_cpu: model=small, 32
 one-turn alphabet-sort demonstrations, the loss on the assistant's tokens only) through TRL's fused
 log-prob head, forward and backward: TRL's own CPU path (every position projected through the LM
-head, the unlabelled ones zeroed afterwards) against grpo.fused_head's switch (only the labelled
+head, the unlabelled ones zeroed afterwards) against grpo.trl_support's switch (only the labelled
 positions projected). Rounds alternate which side goes first; the ratio is the median of the
 per-round ratios (full seconds over compact seconds), with the min-max.
 
@@ -30,12 +30,12 @@ def main(rounds: int) -> None:
     import torch
     import trl.trainer.utils as trl_utils
 
-    from grpo.cli.preflight import load_settings
+    from grpo.compose import load_settings
     from grpo.envs import build_env
-    from grpo.fused_head import score_labelled_positions_on_cpu
     from grpo.models import load_policy
     from grpo.sft.data import env_demonstrations
     from grpo.sft.train import build_sft_trainer, prepare_examples
+    from grpo.trl_support import score_labelled_positions_on_cpu
 
     torch.set_num_threads(int(os.environ.get("GRPO_BENCH_THREADS", "1")))
     full_switch = trl_utils._use_triton

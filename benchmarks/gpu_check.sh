@@ -31,10 +31,10 @@ import time
 
 from transformers import TrainerCallback
 
-from grpo.cli.preflight import load_settings
+from grpo.cli.checks import check
+from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.train.trainer import build_trainer
-from grpo.cli.checks import check
 
 backend, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 cfg = load_settings(

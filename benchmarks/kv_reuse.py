@@ -39,7 +39,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from grpo.cli.preflight import load_settings
+    from grpo.compose import load_settings
     from grpo.envs import build_env
     from grpo.generation.base import Sampling
     from grpo.generation.hf import HFBackend

@@ -198,7 +198,7 @@ def word_count(text: str) -> int:
 
 def lorem_sentences(spec: LanguageSpec, rng: random.Random, n: int = 300) -> list[str]:
     """n word-salad sentences from the language's reverse_text text source."""
-    from grpo.cli.preflight import load_settings
+    from grpo.compose import load_settings
     from grpo.envs import build_env
 
     texts = build_env(load_settings(["+env=reverse_text"]).env, spec).texts[spec.code]

@@ -50,7 +50,7 @@ def main(overrides: list[str]) -> None:
     import torch
 
     from grpo.cli.checks import check
-    from grpo.cli.preflight import load_settings
+    from grpo.compose import load_settings
     from grpo.config import ModelConfig
     from grpo.envs import build_env
     from grpo.evaluation.evaluator import evaluate

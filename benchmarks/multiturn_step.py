@@ -1,7 +1,7 @@
 """Seconds per GRPO training step on multi-turn alphabet-sort: batched rollouts vs one conversation
 at a time, side by side.
 
-Both sides run grpo.train.train on the tiny model with the same config (16 completions per step =
+Both sides run grpo.train.trainer.train on the tiny model with the same config (16 completions per step =
 4 prompts x 4, three turns per episode, up to 128 new tokens per model turn: the default
 generation.max_tokens_per_turn); the only difference is the hf backend's
 `generation.batch_size`: null sends every active conversation of a turn to ONE generate call (and
@@ -69,7 +69,7 @@ def main() -> None:
 
     import torch
 
-    from grpo.cli.preflight import load_settings
+    from grpo.compose import load_settings
     from grpo.envs import build_env
 
     torch.set_num_threads(1)  # a tiny model; identical for both sides

@@ -1,7 +1,7 @@
 """Training overhead of our code path over a bare TRL GRPOTrainer script, side by side.
 
 Same tiny model weights, same single-turn environment (char_target) and reward, same GRPOConfig:
-- ours: grpo.train.train (what `python -m grpo ... stages=[train]` runs): the env's rows as the
+- ours: grpo.train.trainer.train (what `python -m grpo ... stages=[train]` runs): the env's rows as the
   dataset, rollout_func -> the batched rollout engine -> the hf backend, rubric reward adapters,
   checkpoint marker and progress callbacks;
 - bare TRL: GRPOTrainer with the same prompts and a plain reward function, TRL generating with
@@ -78,7 +78,7 @@ def run_bare_trl(cfg, env, out: Path) -> float:
 
     from grpo.envs.char_target import target_fraction
     from grpo.models import load_policy
-    from grpo.train.trainer import grpo_config_kwargs
+    from grpo.train.grpo_args import grpo_config_kwargs
 
     model, tokenizer = load_policy(cfg.model)
     rows = env.rows("train")
@@ -114,7 +114,7 @@ def main() -> None:
 
     import torch
 
-    from grpo.cli.preflight import load_settings
+    from grpo.compose import load_settings
     from grpo.envs import build_env
 
     torch.set_num_threads(1)  # a tiny model; identical for both sides
@@ -134,7 +134,7 @@ def main() -> None:
                 file=sys.stderr,
             )
     steps = args.steps - 1
-    for name, label in (("ours", "ours (grpo.train, rollout engine)"), ("bare TRL", "bare TRL GRPOTrainer")):
+    for name, label in (("ours", "ours (grpo.train.trainer, rollout engine)"), ("bare TRL", "bare TRL GRPOTrainer")):
         print(
             f"{label}: {statistics.median(seconds[name]):.3f} s/step (median of {args.rounds} runs of {steps} steps)"
         )

@@ -43,7 +43,7 @@ MAX_SHORT_TOKENS = 64
 
 def build_checkpoint(out: Path, pairs: list) -> None:
     """A tiny RM dir with real calibration statistics (what the reward_model stage writes)."""
-    from grpo.cli.preflight import load_settings
+    from grpo.compose import load_settings
     from grpo.reward_model.backbone import RMMeta, build_backbone, save_reward_model
     from grpo.reward_model.calibration import Calibration
     from grpo.reward_model.scoring import SequenceEncoder, score_ids
@@ -62,7 +62,7 @@ def build_checkpoint(out: Path, pairs: list) -> None:
 
 def episodes(env_args: list[str], n_pairs: int) -> tuple[list, list, list]:
     """Prompts and completions of alphabet_sort: each pair's reference and corrupted episode."""
-    from grpo.cli.preflight import load_settings
+    from grpo.compose import load_settings
     from grpo.envs import build_env
     from grpo.reward_model.synthetic import env_pairs
 

@@ -47,7 +47,7 @@ def main() -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
 
-    from grpo.cli.preflight import load_settings
+    from grpo.compose import load_settings
     from grpo.envs import build_env
     from grpo.generation.hf import HFBackend
     from grpo.models import load_policy

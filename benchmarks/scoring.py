@@ -23,7 +23,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from grpo.cli.preflight import load_settings  # noqa: E402
+from grpo.compose import load_settings  # noqa: E402
 from grpo.envs import build_env  # noqa: E402
 from grpo.envs.alphabet_sort import AlphabetSortEnv  # noqa: E402
 from grpo.envs.base import Row  # noqa: E402

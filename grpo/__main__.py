@@ -1,10 +1,11 @@
 """`python -m grpo +env=NAME [group=option ...] [key=value ...]`: compose, check once, run the stages.
 
-Composition and the checks run before any heavy import, so a bad override comes back in about
-a second as one line; torch, transformers and trl are imported by the stages that use them.
-With resume=<run dir> the run takes the resumed run's settings (grpo/resume.py) and saves them as
-its own .hydra/config.yaml. Ctrl-C / SIGTERM stop at a step boundary with a checkpoint and one
-line saying how to resume (grpo/interrupt.py); the exit code is 130 / 143.
+Composition and the checks run before any heavy import (grpo/cli/preflight.py), so a bad override
+comes back in about a second as one line; torch, transformers and trl are imported by the stages
+that use them. With resume=<run dir> the run takes the resumed run's settings and resume plan
+(grpo/run/resume.py: read once, by the preflight, and handed to the checks and the stages) and
+saves the settings as its own .hydra/config.yaml. Ctrl-C / SIGTERM stop at a step boundary with a
+checkpoint and one line saying how to resume (grpo/run/interrupt.py); the exit code is 130 / 143.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from grpo.cli.preflight import exit_on_user_error, preflight, run_config
-from grpo.config import GrpoConfig, register_schema, to_settings
+from grpo.cli.preflight import Checked, exit_on_user_error, preflight
+from grpo.compose import run_config
+from grpo.config import register_schema, to_settings
 from grpo.files import register_new_dir_resolver
 from grpo.run.distributed import (
     adopt_submitit_tasks,
@@ -28,9 +30,14 @@ from grpo.run.distributed import (
     wait_for_run_dir,
     world_size,
 )
+from grpo.run.layout import SAVED_CONFIG, output_root
+from grpo.run.resume import ResumePlan, resumable
 
 register_schema()
 register_new_dir_resolver()
+
+# what the preflight checked in this process: the Hydra task reuses its resume plan
+_checked: Checked | None = None
 
 
 @hydra.main(version_base="1.3", config_path="pkg://grpo.conf", config_name="config")
@@ -41,73 +48,79 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
     adopt_submitit_tasks()  # a data-parallel submitit job: each task is one rank
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    overrides = list(HydraConfig.get().overrides.task)
+    plan = None
     with exit_on_user_error():
         if cfg.get("resume"):
-            cfg = run_config(cfg, list(HydraConfig.get().overrides.task))
+            cfg, plan = run_config(cfg, overrides, _preflight_plan(str(cfg.resume)))
             # what this run really uses: a resume of this run starts from it (ranks > 0 save nothing)
             subdir = HydraConfig.get().output_subdir
             if subdir is not None:
                 from grpo.files import write_text_atomic
 
-                write_text_atomic(run_dir / subdir / "config.yaml", OmegaConf.to_yaml(cfg))
+                write_text_atomic(run_dir / subdir / SAVED_CONFIG, OmegaConf.to_yaml(cfg))
+        settings = to_settings(cfg)
         if world_size() > 1 and is_main():
-            from grpo.tracking.store import output_root
-
-            publish_run_dir(output_root(to_settings(cfg)), run_dir)
+            publish_run_dir(output_root(settings), run_dir)
         from grpo.cli.checks import check_once
 
-        settings = to_settings(cfg)
         # a no-op for what the preflight checked; a sweep job with sampled values is checked here
-        check_once(settings)
+        check_once(settings, plan)
         from grpo.stages import run_stages
 
         try:
             with handle_signals():
-                return run_stages(settings, run_dir)
+                return run_stages(settings, run_dir, plan)
         except Interrupted as ex:
             if is_main():  # one line per run, not per process
                 # after a newline: a progress bar may hold the current line
-                line = interrupted_line(ex, run_dir, list(HydraConfig.get().overrides.task))
-                print("\n" + line, file=sys.stderr)
+                print("\n" + interrupted_line(ex, run_dir, overrides, plan), file=sys.stderr)
             sys.exit(ex.exit_code)
         finally:
             close_group()  # several processes: no abort at exit
 
 
-def interrupted_line(ex: BaseException, run_dir: Path, overrides: list[str]) -> str:
-    """The one line an interrupted run ends with: where it stopped, and the command that goes on."""
-    from grpo.run.resume import resumable
+def _preflight_plan(resume: str) -> ResumePlan | None:
+    """The resume plan the preflight of this process read for `resume`, if it did."""
+    plan = _checked.resume if _checked is not None else None
+    return plan if plan is not None and str(_checked.settings.resume) == resume else None
 
+
+def interrupted_line(
+    ex: BaseException, run_dir: Path, overrides: list[str], plan: ResumePlan | None = None
+) -> str:
+    """The one line an interrupted run ends with: where it stopped, and the command that goes on.
+    `plan`: the interrupted run's own resume plan (what it continued from counts as resumable)."""
     stage, step = getattr(ex, "stage", None), getattr(ex, "step", None)
     if stage == "train" and step is not None:
         where = f"at step {step}"
     else:
         where = f"during {stage or 'the run'}" + (f" at its step {step}" if stage and step else "")
-    if not resumable(run_dir):
+    if not resumable(run_dir, plan):
         again = " ".join(shlex.quote(o) for o in overrides)
         return f"interrupted {where}; nothing to resume yet, run again with: python -m grpo {again}"
     return f"interrupted {where}; resume with: python -m grpo resume={shlex.quote(str(run_dir))}"
 
 
 def main() -> None:
-    settings = preflight(sys.argv[1:])
-    if world_size() > 1 and not is_main() and settings is not None:
-        sys.argv += _follower_overrides(sys.argv[1:], settings)
+    global _checked
+    _checked = preflight(sys.argv[1:])
+    if world_size() > 1 and not is_main() and _checked is not None:
+        sys.argv += _follower_overrides(sys.argv[1:], _checked)
     _hydra_main()
 
 
-def _follower_overrides(argv: list[str], settings: GrpoConfig) -> list[str]:
-    """Ranks > 0 of a multi-process launch: rank 0's run dir (grpo/distributed.py)."""
+def _follower_overrides(argv: list[str], checked: Checked) -> list[str]:
+    """Ranks > 0 of a multi-process launch: rank 0's run dir (grpo/run/distributed.py)."""
     from grpo.cli.preflight import fail
     from grpo.errors import UserError
-    from grpo.tracking.store import output_root
 
     if "-m" in argv or "--multirun" in argv:
         fail("a multirun sweep under torchrun / accelerate launch: sweep with a Hydra launcher instead")
     if any(a.startswith("hydra.run.dir=") for a in argv):
         return follower_overrides(None)
     try:
-        return follower_overrides(wait_for_run_dir(output_root(settings)))
+        return follower_overrides(wait_for_run_dir(output_root(checked.settings)))
     except UserError as ex:
         fail(str(ex))
         raise

@@ -8,7 +8,7 @@ group is typed `Any`: its keys are the arguments of the environment class it nam
 
 `to_settings(cfg)` turns a composed DictConfig into these dataclasses (the `env` group becomes a
 plain dict): stages and builders take those typed settings, never a DictConfig. Rules that span
-fields live in grpo/validation.py.
+fields live in grpo/cli/checks.py.
 
 This module imports no other grpo module, and nothing heavy: it sits at the bottom of the graph.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-# ---- allowed values (grpo/validation.py checks them; the builders map them) --------------------
+# ---- allowed values (grpo/cli/checks.py checks them; the builders map them) --------------------
 
 STAGES = ("reward_model", "sft", "eval", "train")
 MODEL_SOURCES = ("pretrained", "random")
@@ -458,7 +458,7 @@ class EvalConfig:
     # print the per-example rewards table (rows = examples, columns = rollout index r0..r{r-1})
     show_examples: bool = True
     # also save each evaluation as a Hugging Face dataset (save_to_disk) in <eval dir>/dataset, with
-    # vf-eval's columns: results.jsonl's plus answer and task, info as JSON text (grpo/eval_dataset.py)
+    # vf-eval's columns: results.jsonl's plus answer and task, info as JSON text (grpo/evaluation/dataset.py)
     save_dataset: bool = False
     # push that dataset to this Hub dataset repo (namespace/name), one split per evaluation label
     # (baseline, final, ...); saves it first (implies save_dataset). null = no push
@@ -480,7 +480,7 @@ class GrpoConfig:
     # a previous run's output dir (outputs/runs/...) to resume training from (its latest checkpoint)
     resume: str | None = None
     # resume= keeps the resumed run's settings and refuses overrides that change its optimisation or
-    # data (grpo/resume.py); true applies them anyway
+    # data (grpo/run/resume.py); true applies them anyway
     resume_force: bool = False
     # where runs, sweeps and the MLflow store go (made absolute at start-up)
     output_root: str = "outputs"

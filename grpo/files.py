@@ -1,4 +1,4 @@
-"""Files that must never be half-written: one atomic write for the whole project.
+"""Files: one atomic write for the whole project, and user JSONL read with every row checked.
 
 `atomic_write(path)` yields a text handle on a temporary file in the same directory; when the
 block ends without error the data is flushed and fsynced, the temporary file is renamed over
@@ -16,6 +16,14 @@ started in the same second, in one process or several, get different run folders
 
 JSON is written with `to_json`: sets become sorted lists, tuples lists, numpy/torch scalars numbers,
 anything else its str(), so ground truth of any shape serialises.
+
+User data in JSONL (preference pairs, SFT conversations) is checked row by row before anything
+trains: `read_rows(path, field, parse, what)` reads a .jsonl file or a directory of them (its
+*.jsonl files, sorted), hands every non-blank line's JSON to `parse(obj, where)` (which returns
+the item or None and the row's problems; `where` names the line, e.g. "data.jsonl line 12"), and
+when any line is bad raises ONE UserError naming the config field, the file, how many rows are
+bad and the first MAX_REPORTED of them as `line N: problem, problem` (`name.jsonl: line N: ...`
+for a directory), with the known language codes when a row's language is unknown.
 """
 
 from __future__ import annotations
@@ -24,9 +32,11 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
+
+from grpo.errors import UserError
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -161,3 +171,67 @@ def register_new_dir_resolver() -> None:
         OmegaConf.register_new_resolver(
             NEW_DIR_RESOLVER, lambda path: str(claim_new_dir(path)), use_cache=True
         )
+
+
+# ---- user data in JSONL, every row checked ------------------------------------------------------
+
+T = TypeVar("T")
+# bad rows listed in the error line; the rest are counted
+MAX_REPORTED = 10
+# the problem text after which the error line lists the known language codes
+UNKNOWN_LANGUAGE = "unknown language"
+
+
+def jsonl_files(path: str | Path, field: str) -> list[Path]:
+    """The file itself, or the *.jsonl files of a directory (sorted); `field` names the setting."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix == ".jsonl")
+        if not files:
+            raise UserError(f"{field}={path}: the directory has no *.jsonl files")
+        return files
+    if not p.is_file():
+        raise UserError(f"{field}={path}: no such file or directory")
+    return [p]
+
+
+def read_rows(
+    path: str | Path,
+    field: str,
+    parse: Callable[[Any, str], tuple[T | None, list[str]]],
+    what: str,
+    languages: Sequence[str] = (),
+) -> list[T]:
+    """Every row's item, in file and line order; one UserError listing all bad rows otherwise
+    (see the module docstring). `what` names the rows in the error of a file without any."""
+    files = jsonl_files(path, field)
+    items: list[T] = []
+    bad: list[str] = []  # "line N: problem, problem" (prefixed by the file name when several)
+    for file in files:
+        prefix = f"{file.name}: " if len(files) > 1 else ""
+        try:
+            lines = file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as ex:
+            raise UserError(f"{field} {file}: cannot read it ({ex})") from None
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as ex:
+                bad.append(f"{prefix}line {number}: bad JSON ({ex.msg} at column {ex.colno})")
+                continue
+            item, problems = parse(row, f"{file.name} line {number}")
+            if problems:
+                bad.append(f"{prefix}line {number}: {', '.join(problems)}")
+            elif item is not None:
+                items.append(item)
+    where = files[0] if len(files) == 1 else Path(path)
+    if bad:
+        shown = "; ".join(bad[:MAX_REPORTED])
+        more = f"; ... and {len(bad) - MAX_REPORTED} more" if len(bad) > MAX_REPORTED else ""
+        hint = f" (languages: {', '.join(languages)})" if languages and UNKNOWN_LANGUAGE in shown else ""
+        raise UserError(f"{field} {where}: {len(bad)} bad row(s), nothing was trained: {shown}{more}{hint}")
+    if not items:
+        raise UserError(f"{field} {where}: no {what} (one JSON object per line)")
+    return items

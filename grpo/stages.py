@@ -3,9 +3,12 @@
 An `eval` before any `train` stage is the baseline, one after it the final evaluation; a run
 without a train stage labels its evaluation `eval`. With trainer.keep_best, the final evaluation
 also evaluates the best checkpoint by validation reward (label `best`) when it is not the last.
-Everything a stage writes goes under the run's output dir (Hydra's job dir), and the tracker logs
-it. Stages receive checked settings (grpo.validation ran in the preflight) and hand their results
-on in a `RunResults`.
+Everything a stage writes goes under the run's folder (grpo/run/layout.py), and the tracker logs
+it. Stages receive checked settings (grpo/cli/checks.py ran in the preflight), and what a run
+needs once is built once and handed to them in a `StageContext`: the environment, the tracker,
+the resume plan (grpo/run/resume.py) and the run's rewards (grpo.rewards.RunRewards, built after
+the reward_model stage, so a learned reward model is loaded once per run). They hand their
+results on in a `RunResults`.
 """
 
 from __future__ import annotations
@@ -18,14 +21,15 @@ from typing import TYPE_CHECKING, Any
 from grpo.config import GrpoConfig
 from grpo.run.distributed import is_main
 from grpo.run.interrupt import enter_stage
-
-# the reward_model stage's output dir under the run dir
-RM_DIR = "reward_model"
+from grpo.run.layout import RunLayout
+from grpo.run.resume import ResumePlan
 
 if TYPE_CHECKING:
-    from grpo.evaluation.evaluator import EvalResult
+    from grpo.evaluation.summary import EvalResult
     from grpo.reward_model.train import RMResult
+    from grpo.rewards import RunRewards
     from grpo.sft.train import SftResult
+    from grpo.tracking.base import Tracker
     from grpo.train.trainer import TrainResult
 
 
@@ -50,7 +54,7 @@ class RunResults:
     evals: dict[str, EvalResult] = field(default_factory=dict)
     # the last evaluation's mean reward: what `python -m grpo` returns to a sweeper
     objective: float | None = None
-    # a resumed run's finished reward model, reused instead of training one (grpo/resume.py)
+    # a resumed run's finished reward model, reused instead of training one
     reward_model_dir: Path | None = None
 
     @property
@@ -67,10 +71,38 @@ class RunResults:
         return [str(Path(directory).resolve())] if directory is not None else []
 
 
-def run_dir_of_job() -> Path:
-    from hydra.core.hydra_config import HydraConfig
+@dataclass
+class StageContext:
+    """What every stage of one run is handed (see the module docstring)."""
 
-    return Path(HydraConfig.get().runtime.output_dir)
+    settings: GrpoConfig
+    env: Any
+    paths: RunLayout
+    tracker: Tracker
+    # the resume plan of resume=<dir>, None for a fresh run
+    resume: ResumePlan | None
+    results: RunResults = field(default_factory=RunResults)
+    _rewards: RunRewards | None = None
+
+    @property
+    def rewards(self) -> RunRewards:
+        """The run's rewards, built when a stage first needs them (after a reward_model stage that
+        comes first: that stage drops them, since they score with the RM it trained)."""
+        if self._rewards is None:
+            from grpo.rewards import build_rewards
+
+            checkpoints = self.results.reward_model_checkpoints(self.settings)
+            self._rewards = build_rewards(self.settings, self.env, checkpoints)
+        return self._rewards
+
+    def policy(self) -> Policy:
+        """The policy in memory (loaded now for hf generation when no stage has it yet); an empty
+        Policy for a served model (generation=openai / vllm_server hold their own)."""
+        if self.results.policy is None and self.settings.generation.backend == "hf":
+            from grpo.models import load_policy
+
+            self.results.policy = Policy(*load_policy(self.settings.model))
+        return self.results.policy or Policy(None, None)
 
 
 def eval_label(settings: GrpoConfig, trained: bool) -> str:
@@ -79,41 +111,47 @@ def eval_label(settings: GrpoConfig, trained: bool) -> str:
     return "final" if trained else "baseline"
 
 
-def run_stages(settings: GrpoConfig, run_dir: Path | None = None) -> float | None:
-    """Run every stage; return the last evaluation's mean reward (the sweep objective)."""
+def run_stages(
+    settings: GrpoConfig, run_dir: str | Path | None = None, resume: ResumePlan | None = None
+) -> float | None:
+    """Run every stage; return the last evaluation's mean reward (the sweep objective).
+    `run_dir`: the run's folder (None: Hydra's job dir). `resume`: the run's resume plan (None: read
+    here when settings.resume is set)."""
     from grpo.envs import build_env
     from grpo.tracking import make_tracker
 
-    run_dir = run_dir or run_dir_of_job()
+    run_dir = Path(run_dir) if run_dir is not None else _job_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
+    if resume is None and settings.resume:
+        resume = ResumePlan.read(settings.resume)
     env = build_env(settings.env, settings.language)
-    tracker = make_tracker(settings, run_dir)
-    results = RunResults()
-    with tracker:
-        tracker.log_config(settings)
+    run = StageContext(settings, env, RunLayout(run_dir), make_tracker(settings, run_dir), resume)
+    results = run.results
+    with run.tracker:
+        run.tracker.log_config(settings)
         for stage in settings.stages:
             enter_stage(stage)
-            if stage == "eval" and _baseline_done(settings, results):
+            if stage == "eval" and _baseline_done(run):
                 # the run being resumed already logged its baseline (to the same MLflow run)
                 print("resume: skipping the baseline evaluation (the resumed run has it)")
             elif stage == "eval" and not is_main():
-                pass  # evaluations run on rank 0 only (grpo/distributed.py)
+                pass  # evaluations run on rank 0 only (grpo/run/distributed.py)
             elif stage == "eval" and results.train is not None and results.train.sharded:
                 print(
                     "eval: skipped after ZeRO-3 / FSDP training (each process holds a shard): evaluate the "
                     f"checkpoint in one process, python -m grpo stages=[eval] model.path={results.train.checkpoint_dir}"
                 )
             elif stage == "eval":
-                _eval_stage(settings, env, run_dir, tracker, results)
+                _eval_stage(run)
             elif stage == "train":
-                _train_stage(settings, env, run_dir, tracker, results)
+                _train_stage(run)
             elif stage == "reward_model":
-                _reward_model_stage(settings, run_dir, tracker, results)
+                _reward_model_stage(run)
             elif stage == "sft":
-                _sft_stage(settings, env, run_dir, tracker, results)
+                _sft_stage(run)
         if settings.tracking.log_model or settings.tracking.register_as:
-            _log_models(settings, tracker, results)
-        tracker.finish_run(results.objective)
+            _log_models(run)
+        run.tracker.finish_run(results.objective)
     means = {label: result.mean for label, result in results.evals.items()}
     if "baseline" in means and "final" in means:
         change = means["final"] - means["baseline"]
@@ -124,61 +162,61 @@ def run_stages(settings: GrpoConfig, run_dir: Path | None = None) -> float | Non
     return results.objective
 
 
-def _baseline_done(settings: GrpoConfig, results: RunResults) -> bool:
-    """A resumed run whose chain has already evaluated the baseline (grpo/resume.py)."""
-    if not settings.resume or eval_label(settings, results.train is not None) != "baseline":
-        return False
-    from grpo.run.resume import done_in_chain
+def _job_dir() -> Path:
+    from hydra.core.hydra_config import HydraConfig
 
-    return done_in_chain(settings.resume, "eval_baseline/results.jsonl") is not None
+    return Path(HydraConfig.get().runtime.output_dir)
 
 
-def _eval_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
+def _baseline_done(run: StageContext) -> bool:
+    """A resumed run whose chain has already evaluated the baseline."""
+    trained = run.results.train is not None
+    return (
+        run.resume is not None
+        and eval_label(run.settings, trained) == "baseline"
+        and ("baseline" in run.resume.finished)
+    )
+
+
+def _eval_stage(run: StageContext) -> None:
     from grpo.evaluation.evaluator import evaluate
     from grpo.generation import make_backend
-    from grpo.rewards import extra_reward_funcs, score_funcs
 
-    if results.policy is None and settings.generation.backend == "hf":
-        from grpo.models import load_policy
-
-        results.policy = Policy(*load_policy(settings.model))
-    policy = results.policy or Policy(None, None)
+    settings, results = run.settings, run.results
+    policy = run.policy()
     backend = make_backend(settings.generation, policy.model, policy.tokenizer, settings.model)
     label = eval_label(settings, results.train is not None)
-    scores = score_funcs(settings, results.reward_model_checkpoints(settings))
     result = evaluate(
         settings,
-        env,
+        run.env,
         backend,
-        run_dir / f"eval_{label}",
+        run.paths.eval(label),
         label=label,
-        extra_reward_funcs=extra_reward_funcs(settings, env),
+        extra_reward_funcs=run.rewards.extra,
         step=results.step,
-        score_funcs=scores,
+        score_funcs=run.rewards.learned,
     )
-    tracker.log_eval(label, result, step=results.step)
+    run.tracker.log_eval(label, result, step=results.step)
     results.evals[label] = result
     results.objective = result.mean
     _push_dataset(settings, result)
     best = results.train.best if results.train is not None else None
     if label == "final" and best is not None:
         if best.global_step != results.step:
-            _eval_best(settings, env, run_dir, tracker, results, scores)
+            _eval_best(run)
         else:
             print(
                 f"best checkpoint: the last one (step {best.global_step}, val reward {best.val_reward:.4f})"
             )
 
 
-def _eval_best(
-    settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults, scores: list[Any]
-) -> None:
+def _eval_best(run: StageContext) -> None:
     """Evaluate the best checkpoint (by validation reward), loaded from disk, as label `best`."""
     from grpo.evaluation.evaluator import evaluate
     from grpo.generation import make_backend
-    from grpo.rewards import extra_reward_funcs
     from grpo.train.trainer import checkpoint_policy
 
+    settings, results = run.settings, run.results
     best = results.train.best
     if settings.generation.backend != "hf":
         print(
@@ -192,22 +230,23 @@ def _eval_best(
     at_best = dataclasses.replace(settings, model=dataclasses.replace(settings.model, path=str(best.path)))
     result = evaluate(
         at_best,
-        env,
+        run.env,
         backend,
-        run_dir / "eval_best",
+        run.paths.eval("best"),
         label="best",
-        extra_reward_funcs=extra_reward_funcs(settings, env),
+        extra_reward_funcs=run.rewards.extra,
         step=best.global_step,
-        score_funcs=scores,
+        score_funcs=run.rewards.learned,
     )
-    tracker.log_eval("best", result, step=results.step)
+    run.tracker.log_eval("best", result, step=results.step)
     results.evals["best"] = result
     _push_dataset(settings, result)
 
 
-def _log_models(settings: GrpoConfig, tracker: Any, results: RunResults) -> None:
+def _log_models(run: StageContext) -> None:
     """tracking.log_model: the policy this run trained (GRPO, else SFT) and the reward model it
     trained, as MLflow models of the run."""
+    settings, results = run.settings, run.results
     if results.train is not None and results.train.sharded:
         print(
             "mlflow: the policy is not logged after ZeRO-3 / FSDP training (each process holds a shard); "
@@ -216,9 +255,9 @@ def _log_models(settings: GrpoConfig, tracker: Any, results: RunResults) -> None
     elif (results.train is not None or results.sft is not None) and results.policy is not None:
         # where the weights training started from live: a LoRA adapter's base is referenced there
         start = str(results.sft.path) if results.sft is not None else settings.model.path
-        tracker.log_policy(results.policy.model, results.policy.tokenizer, start)
+        run.tracker.log_policy(results.policy.model, results.policy.tokenizer, start)
     if results.reward_model is not None:
-        tracker.log_reward_model(results.reward_model.path)
+        run.tracker.log_reward_model(results.reward_model.path)
     if results.train is None and results.sft is None and results.reward_model is None:
         print(
             "mlflow: tracking.log_model: this run trained no model (stages without sft, train or reward_model)"
@@ -239,69 +278,64 @@ def _push_dataset(settings: GrpoConfig, result: EvalResult) -> None:
     print(f"dataset: pushed the {result.label} evaluation to {url} (split {result.label})")
 
 
-def _train_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
+def _train_stage(run: StageContext) -> None:
     from grpo.train.trainer import train
 
-    policy = results.policy or Policy(None, None)
+    policy = run.results.policy or Policy(None, None)
     result = train(
-        settings,
-        env,
-        run_dir,
+        run.settings,
+        run.env,
+        run.paths.root,
         model=policy.model,
         tokenizer=policy.tokenizer,
-        callbacks=[tracker.trainer_callback()],
-        reward_model_checkpoints=results.reward_model_checkpoints(settings),
-        log_metrics=tracker.log_metrics,
+        rewards=run.rewards,
+        tracker=run.tracker,
+        resume=run.resume,
     )
-    results.train = result
-    results.policy = Policy(result.model, result.tokenizer)
+    run.results.train = result
+    run.results.policy = Policy(result.model, result.tokenizer)
 
 
-def _reward_model_stage(settings: GrpoConfig, run_dir: Path, tracker: Any, results: RunResults) -> None:
-    from grpo.reward_model import META_FILE
+def _reward_model_stage(run: StageContext) -> None:
     from grpo.reward_model.train import train_reward_model
-    from grpo.run.resume import checkpoint_in_chain, done_in_chain
 
-    resume_from = None
-    if settings.resume:
-        done = done_in_chain(settings.resume, f"{RM_DIR}/{META_FILE}")
-        if done is not None:
-            print(f"resume: the reward model of {done.parent.parent} is trained; using {done.parent}")
-            results.reward_model_dir = done.parent
-            return
-        resume_from = checkpoint_in_chain(settings.resume, "reward_model")
-    results.reward_model = train_reward_model(
-        settings, run_dir / RM_DIR, tracker=tracker, resume_from=resume_from
+    run._rewards = None  # rewards built before this stage do not score with its reward model
+    finished = run.resume.finished.get("reward_model") if run.resume is not None else None
+    if finished is not None:
+        print(f"resume: the reward model of {finished.parent} is trained; using {finished}")
+        run.results.reward_model_dir = finished
+        return
+    run.results.reward_model = train_reward_model(
+        run.settings,
+        run.paths.reward_model,
+        tracker=run.tracker,
+        resume_from=run.resume.checkpoints.get("reward_model") if run.resume is not None else None,
     )
 
 
-def _sft_stage(settings: GrpoConfig, env: Any, run_dir: Path, tracker: Any, results: RunResults) -> None:
-    from grpo.run.resume import checkpoint_in_chain, done_in_chain
-    from grpo.sft import META_FILE, SFT_DIR
+def _sft_stage(run: StageContext) -> None:
     from grpo.sft.train import train_sft
 
-    resume_from = None
-    if settings.resume:
-        done = done_in_chain(settings.resume, f"{SFT_DIR}/{META_FILE}")
-        if done is not None:
-            from grpo.models import load_policy
+    settings = run.settings
+    finished = run.resume.finished.get("sft") if run.resume is not None else None
+    if finished is not None:
+        from grpo.models import load_policy
 
-            print(f"resume: the SFT of {done.parent.parent} is done; the policy is {done.parent}")
-            sft_model = dataclasses.replace(
-                settings.model, source="pretrained", path=str(done.parent), tokenizer=None
-            )
-            results.policy = Policy(*load_policy(sft_model))
-            return
-        resume_from = checkpoint_in_chain(settings.resume, "sft")
-    policy = results.policy or Policy(None, None)
+        print(f"resume: the SFT of {finished.parent} is done; the policy is {finished}")
+        sft_model = dataclasses.replace(
+            settings.model, source="pretrained", path=str(finished), tokenizer=None
+        )
+        run.results.policy = Policy(*load_policy(sft_model))
+        return
+    policy = run.results.policy or Policy(None, None)
     result = train_sft(
         settings,
-        env,
-        run_dir / SFT_DIR,
+        run.env,
+        run.paths.sft,
         model=policy.model,
         tokenizer=policy.tokenizer,
-        tracker=tracker,
-        resume_from=resume_from,
+        tracker=run.tracker,
+        resume_from=run.resume.checkpoints.get("sft") if run.resume is not None else None,
     )
-    results.sft = result
-    results.policy = Policy(result.model, result.tokenizer)
+    run.results.sft = result
+    run.results.policy = Policy(result.model, result.tokenizer)

@@ -1,15 +1,52 @@
-"""Building TRL's config dataclasses (GRPOConfig, RewardConfig) from our settings.
+"""What grpo adds to TRL, shared by its three training stages (GRPO, SFT, the reward model).
 
-Unknown fields (a typo in `trainer.extra`, a field another TRL version dropped) and TRL's own
-rejections of a value become one-line UserErrors naming the config block to fix.
+    args = build_trl_config(GRPOConfig, kwargs, "trainer", "trainer.extra")   # one-line errors
+    trainer = make_trainer(GRPOTrainer, "train", [progress, tracker_cb], model=..., args=args, ...)
+    seconds = run_trainer(trainer, "train", resume_from)   # Interrupted after a graceful stop
+    point_model_at(model, paths.sft)                        # where TRL loads its second copy from
+
+Every stage builds its TRL trainer the same way:
+- config: TRL's config dataclass from our settings; an unknown field (a typo in `*.extra`, a field
+  another TRL version dropped) or TRL's own rejection of a value is a one-line UserError naming
+  the config block to fix (`build_trl_config`);
+- callbacks: the stage's own (its one compact progress line, the tracker's metrics), then the
+  checkpoint marker (grpo/run/checkpoints.py), then the stop callback last so that its save
+  request follows every other callback of the step (grpo/run/interrupt.py); transformers'
+  PrinterCallback is removed, since each stage prints its own line (`make_trainer`);
+- training: `trainer.train(resume_from_checkpoint=...)`, then the stop check (`run_trainer`).
+
+Probes: `has_cuda()` (pinned host memory only helps copies to a GPU) and `is_sharded(trainer)`
+(ZeRO-3 / FSDP: each process holds a shard of the parameters).
+
+TRL's fused LM head (`score_labelled_positions_on_cpu`): TRL 1.16's trainers replace the LM head's
+forward with a chunked log-prob kernel, `model(..., labels=labels, fused_lm_head=True)`. On Triton
+devices it projects only the positions whose label is not -100; everywhere else it projects EVERY
+position and zeroes the unlabelled ones afterwards, because on compiled accelerators (e.g. Neuron)
+a changing number of positions would recompile the kernel each batch. Eager CPU has no
+compilation, so the full projection is pure waste there: an SFT row of alphabet-sort is ~75%
+prompt, and a GRPO row scores only its completion, yet the head (hidden x vocab per position) and
+its backward run over all of them. The switch makes TRL take its own compact path (gather the
+labelled positions, run the same kernel, scatter back) for CPU tensors: the same numbers (the
+kernel is per position), without the unlabelled positions' work. It wraps TRL's private
+`trl.trainer.utils._use_triton`, the one switch of that choice; when a TRL version no longer has
+it, nothing is changed and the trainers run as before.
+
+torch, transformers and trl are imported inside the functions.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from grpo.errors import UserError
+from grpo.run.checkpoints import marker_callback
+from grpo.run.interrupt import check_stopped, stop_callback
+
+_MARK = "_grpo_compact_on_cpu"
 
 
 def build_trl_config(config_cls: type, kwargs: dict[str, Any], block: str, extra_key: str) -> Any:
@@ -24,3 +61,71 @@ def build_trl_config(config_cls: type, kwargs: dict[str, Any], block: str, extra
     except (TypeError, ValueError) as ex:
         reason = " ".join(str(ex).split())
         raise UserError(f"{block}: TRL rejected the config: {reason}") from None
+
+
+def make_trainer(trainer_cls: type, stage: str, callbacks: Sequence[Any] = (), **kwargs: Any) -> Any:
+    """`trainer_cls(**kwargs)` for `stage` (train, sft, reward_model) with grpo's callbacks (see
+    the module docstring): `callbacks`, the checkpoint marker, the stop callback last."""
+    from transformers.trainer_callback import PrinterCallback
+
+    score_labelled_positions_on_cpu()  # the loss head skips unlabelled positions on CPU too
+    trainer = trainer_cls(callbacks=[*callbacks, marker_callback(), stop_callback(stage)], **kwargs)
+    trainer.remove_callback(PrinterCallback)  # the stage prints one compact line per log instead
+    return trainer
+
+
+def run_trainer(trainer: Any, stage: str, resume_from: str | os.PathLike[str] | None = None) -> float:
+    """Train (from the checkpoint `resume_from` when given); the seconds it took. Raises
+    Interrupted when a first Ctrl-C / SIGTERM stopped it (the step's checkpoint is on disk)."""
+    start = time.perf_counter()
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    seconds = time.perf_counter() - start
+    check_stopped(stage)
+    return seconds
+
+
+def point_model_at(model: Any, path: str | os.PathLike[str]) -> None:
+    """TRL loads a second copy of the policy from its path (the reference model when beta > 0
+    without LoRA: config._name_or_path; a colocated vLLM engine: name_or_path): point both at
+    `path`, where these weights are saved."""
+    model.config._name_or_path = str(path)
+    model.name_or_path = str(path)
+
+
+def has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def is_sharded(trainer: Any) -> bool:
+    """ZeRO-3 or FSDP: each process holds only a shard of the parameters."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        return True
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return bool(
+        getattr(trainer, "is_deepspeed_enabled", False) and plugin is not None and plugin.zero_stage == 3
+    )
+
+
+def score_labelled_positions_on_cpu() -> bool:
+    """Make TRL's fused LM head project only the labelled positions of CPU tensors (see the module
+    docstring). Idempotent; True when the switch is (now) in place, False when this TRL version
+    has no such switch."""
+    try:
+        import trl.trainer.utils as trl_utils
+    except ImportError:
+        return False
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None or not callable(original):
+        return False
+    if getattr(original, _MARK, False):
+        return True
+
+    def compact_on_cpu(device: Any) -> bool:
+        return getattr(device, "type", None) == "cpu" or bool(original(device))
+
+    setattr(compact_on_cpu, _MARK, True)
+    compact_on_cpu.__wrapped__ = original  # type: ignore[attr-defined]
+    trl_utils._use_triton = compact_on_cpu
+    return True

@@ -1,5 +1,5 @@
 """Build an environment the way a run does: its packaged conf/env/<name>.yaml composed by Hydra
-(`grpo.cli.compose`), with keyword arguments overriding the YAML's, through `build_env`. Tests use
+(`grpo.compose.compose`), with keyword arguments overriding the YAML's, through `build_env`. Tests use
 this instead of calling an Environment class directly, so they get the real prompts of every
 language without copying them."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from grpo.cli.preflight import compose
+from grpo.compose import compose
 from grpo.envs import build_env
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grpo.cli.checks import check
-from grpo.cli.preflight import compose, group_options
+from grpo.compose import compose, group_options
 from grpo.config import to_settings
 from grpo.errors import UserError
 

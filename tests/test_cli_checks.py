@@ -1,4 +1,4 @@
-"""Cross-field rules of grpo.validation: each bad combination stops `python -m grpo` with one line
+"""Cross-field rules of grpo.cli.checks: each bad combination stops `python -m grpo` with one line
 naming the field, exit code 2, before any model is loaded; they run once per process and config."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from grpo import __main__ as entry
 from grpo.cli.checks import check, check_once
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.config import LR_SCHEDULERS
 from grpo.errors import UserError
 

@@ -202,7 +202,7 @@ def test_ctrl_c_on_torchrun_stops_both_ranks_at_one_checkpoint(tmp_path):
 
 def test_a_resume_needs_as_many_processes_as_wrote_the_checkpoint(tmp_path, monkeypatch):
     from grpo.cli.checks import check
-    from grpo.cli.preflight import load_settings
+    from grpo.compose import load_settings
     from grpo.run.checkpoints import mark_checkpoint_complete
 
     checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint-2"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from grpo.cli.preflight import compose
+from grpo.compose import compose
 from grpo.config import LanguageConfig
 from grpo.envs import build_env
 from grpo.envs.alphabet_sort import AlphabetSortEnv

@@ -13,7 +13,8 @@ import pytest
 from grpo.envs.base import Environment, Row
 from grpo.envs.rubric import RewardFunc, Rubric, score_reward
 from grpo.errors import UserError
-from grpo.evaluation.evaluator import _record, combined_rubric, summarize
+from grpo.evaluation.evaluator import _record, combined_rubric
+from grpo.evaluation.summary import summarize
 from grpo.files import to_json
 from grpo.rewards import RubricReward, rubric_reward_funcs
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo.cli.preflight import compose
+from grpo.compose import compose
 from grpo.envs import build_env
 from grpo.errors import UserError
 

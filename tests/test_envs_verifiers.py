@@ -29,7 +29,7 @@ vf = pytest.importorskip("verifiers")
 
 from env_mask_check import assert_env_mask_follows_the_template  # noqa: E402
 
-from grpo.cli.preflight import compose, load_settings  # noqa: E402
+from grpo.compose import compose, load_settings  # noqa: E402
 from grpo.envs import build_env  # noqa: E402
 from grpo.envs.verifiers_env import INSTALL_HINT, VerifiersEnv, load_verifiers_env  # noqa: E402
 from grpo.errors import UserError  # noqa: E402

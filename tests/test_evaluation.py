@@ -23,22 +23,18 @@ import pytest
 from packaged_env import packaged_env
 
 from grpo.cli.checks import check
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.envs.arithmetic import ArithmeticEnv
 from grpo.envs.base import Environment, Row
 from grpo.envs.parsers import assistant_turns
 from grpo.envs.rubric import RewardFunc
 from grpo.errors import UserError
-from grpo.evaluation.evaluator import (
-    METADATA_FILE,
-    RESULTS_FILE,
-    evaluate,
-    pass_at_k,
-    write_jsonl_atomic,
-)
-from grpo.files import to_json
+from grpo.evaluation.evaluator import evaluate
+from grpo.evaluation.summary import pass_at_k
+from grpo.files import to_json, write_jsonl_atomic
 from grpo.generation.base import GenRequest, GenResult, Sampling
+from grpo.run.layout import METADATA_FILE, RESULTS_FILE
 
 RECORD_KEYS = {
     "example_id",
@@ -431,8 +427,8 @@ def test_score_columns_are_reported_unclipped_and_not_in_the_reward(tmp_path: Pa
 def test_a_learned_reward_model_gets_its_score_column(tmp_path: Path) -> None:
     """stages=[reward_model,eval] with reward_model=learned: the evaluation reports the RM's
     normalised score of every rollout, as the RM scores it, next to the rubric's reward."""
-    from grpo.reward_model import META_FILE
     from grpo.rewards.learned import RewardModelScorer
+    from grpo.run.layout import RM_META_FILE
     from grpo.stages import run_stages
 
     cfg = load_settings(
@@ -451,7 +447,7 @@ def test_a_learned_reward_model_gets_its_score_column(tmp_path: Path) -> None:
     )
     run_dir = tmp_path / "run"
     run_stages(cfg, run_dir=run_dir)
-    assert (run_dir / "reward_model" / META_FILE).is_file()
+    assert (run_dir / "reward_model" / RM_META_FILE).is_file()
     records = read_results(run_dir / "eval_eval" / RESULTS_FILE)
     scorer = RewardModelScorer(str(run_dir / "reward_model"))
     expected = scorer.normalized(

@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 from test_evaluation import ScriptedBackend, read_results
 
 from grpo.cli.checks import check
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.errors import UserError
 from grpo.evaluation.dataset import DATASET_DIR, eval_input_rows

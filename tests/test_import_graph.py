@@ -1,6 +1,12 @@
-"""The import graph of grpo/ flows one way: no module takes part in a cycle, and the schema
-(grpo/config.py) imports no other grpo module. Every import counts, including those inside
-functions and under TYPE_CHECKING: a lazy import still ties two modules together."""
+"""The import graph of grpo/ flows one way, between modules and between packages: no module takes
+part in a cycle, no package-level knot (each subpackage and each top-level module of grpo/ is one
+unit; no two units reach each other), and the schema (grpo/config.py) imports no other grpo module.
+
+Every import counts, including those inside functions and under TYPE_CHECKING: a lazy import
+still ties two modules together. The one place left out is a module's top-level
+`if __name__ == "__main__":` block: it runs only when the file is a program of its own
+(`python -m grpo.reward_model.synthetic`, a command's older name), never when the package imports
+the module, so it is an entry point above every package, not an edge of the package."""
 
 from __future__ import annotations
 
@@ -17,6 +23,28 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
+def _is_main_guard(node: ast.stmt) -> bool:
+    """`if __name__ == "__main__":`"""
+    test = node.test if isinstance(node, ast.If) else None
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(test.comparators) == 1
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "__main__"
+    )
+
+
+def _nodes(tree: ast.Module) -> list[ast.AST]:
+    """Every node of a module but those under its top-level main guard (see the module docstring)."""
+    nodes: list[ast.AST] = []
+    for statement in tree.body:
+        if not _is_main_guard(statement):
+            nodes.extend(ast.walk(statement))
+    return nodes
+
+
 def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     """grpo module -> the grpo modules it imports (a `from pkg import name` counts as an import of
     the submodule pkg.name when there is one, else of pkg)."""
@@ -25,7 +53,7 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _nodes(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -39,6 +67,21 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
             edges.update(t for t in targets if t in modules and t != name)
         graph[name] = edges
     return graph
+
+
+def unit_of(module: str) -> str:
+    """The unit of a module: its subpackage of grpo (grpo.train for grpo.train.trainer), or the
+    top-level module itself (grpo.stages)."""
+    return ".".join(module.split(".")[:2])
+
+
+def unit_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded into units: unit -> the other units its modules import."""
+    units: dict[str, set[str]] = {}
+    for module, imports in graph.items():
+        unit = unit_of(module)
+        units.setdefault(unit, set()).update(unit_of(m) for m in imports if unit_of(m) != unit)
+    return units
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -80,6 +123,17 @@ def test_no_module_of_grpo_takes_part_in_an_import_cycle():
     assert cycles(import_graph()) == []
 
 
+def test_no_package_level_knot():
+    """No two units (subpackages, top-level modules) of grpo/ reach each other."""
+    assert cycles(unit_graph(import_graph())) == []
+
+
+def test_at_most_eight_modules_at_the_top_of_grpo():
+    """Everything else lives in a package named for its role."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert len(top) <= 8, top
+
+
 def test_the_schema_imports_no_other_grpo_module():
     assert import_graph()["grpo.config"] == set()
 
@@ -98,3 +152,28 @@ def test_the_checker_finds_a_cycle_and_a_schema_import(tmp_path):
     graph = import_graph(pkg)
     assert cycles(graph) == [["grpo.sub.a", "grpo.sub.b"]]
     assert graph["grpo.config"] == {"grpo.sub.b"}
+
+
+def test_the_checker_finds_a_planted_package_knot(tmp_path):
+    """Three units that are clean module by module but knotted as packages: a lazy import and a
+    TYPE_CHECKING one close the knot; an import under a main guard is no edge."""
+    pkg = tmp_path / "grpo"
+    for sub in ("front", "train", "envs"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "front" / "cli.py").write_text("from grpo.train.loop import run\n")
+    (pkg / "train" / "loop.py").write_text("def run():\n    from grpo.envs.base import Env\n")
+    (pkg / "envs" / "base.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from grpo.front.compose import f\n"
+    )
+    (pkg / "front" / "compose.py").write_text("def f():\n    pass\n")
+    (pkg / "stages.py").write_text(
+        "from grpo.front import cli\n\nif __name__ == '__main__':\n    import grpo.stages_main\n"
+    )
+    (pkg / "stages_main.py").write_text("import grpo.stages\n")
+    graph = import_graph(pkg)
+    assert cycles(graph) == []  # no module-level cycle
+    assert cycles(unit_graph(graph)) == [["grpo.envs", "grpo.front", "grpo.train"]]
+    assert "grpo.stages_main" not in graph["grpo.stages"]  # the main guard's import
+    assert unit_graph(graph)["grpo.stages_main"] == {"grpo.stages"}

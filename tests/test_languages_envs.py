@@ -20,7 +20,7 @@ import pytest
 from packaged_env import packaged_config, packaged_env
 from test_languages_collation import EXPECTED, JA_EXPECTED
 
-from grpo.cli.preflight import compose
+from grpo.compose import compose
 from grpo.envs import build_env
 from grpo.envs.alphabet_sort import NEW_NAME_SUFFIX, AlphabetSortEnv
 from grpo.envs.reverse_text import ReverseTextEnv, reverse
@@ -28,7 +28,7 @@ from grpo.errors import UserError
 from grpo.languages.mix import language_counts
 from grpo.languages.names import ZH_SURNAME_READINGS
 from grpo.languages.spec import available_languages, get_spec, spec_from_config
-from grpo.rewards import extra_reward_funcs
+from grpo.rewards import build_rewards
 
 LANGUAGES = available_languages()
 # which name each language sorts by, and how its prompt says so (written by hand, not read from
@@ -314,12 +314,13 @@ def test_mix_alphabet_sort_rows_use_their_own_language():
 
 
 def consistency(cfg: Any, env: Any) -> Any:
-    funcs = {f.name: f for f in extra_reward_funcs(cfg, env)}
+    funcs = {f.name: f for f in build_rewards(cfg, env).extra}
     return funcs.get("language_consistency")
 
 
 def test_consistency_reward_scores_each_row_in_its_language():
-    assert consistency(compose(["+env=alphabet_sort"]), None) is None  # en: weight 0
+    en = compose(["+env=alphabet_sort"])
+    assert consistency(en, build_env(en.env, en.language)) is None  # en: weight 0
     cfg = compose(["+env=alphabet_sort", "language=zh", "language.consistency_weight=0.3"])
     env = build_env(cfg.env, cfg.language)
     reward = consistency(cfg, env)

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from grpo.cli.preflight import compose
+from grpo.compose import compose
 from grpo.languages.mix import language_counts, language_shares, sample_languages
 from grpo.languages.spec import get_spec, spec_from_config
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from grpo.cli.preflight import compose
+from grpo.compose import compose
 from grpo.errors import UserError
 from grpo.languages.spec import available_languages, get_spec, spec_from_config
 

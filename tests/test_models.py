@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from grpo.cli.checks import check
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.config import ModelConfig
 from grpo.errors import UserError
 from grpo.models import (
@@ -64,7 +64,7 @@ def model_cfg(*overrides: str) -> ModelConfig:
 
 
 def rule_error(*overrides: str) -> str:
-    """The one-line error the config rules give for `overrides` (grpo.validation)."""
+    """The one-line error the config rules give for `overrides` (grpo.cli.checks)."""
     with pytest.raises(UserError) as exc:
         check(load_settings(["+env=alphabet_sort", *overrides]))
     return _one_line(exc)

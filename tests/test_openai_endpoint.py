@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from grpo.cli.checks import check
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.envs.base import Environment, Row
 from grpo.errors import UserError

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from grpo.cli.output_check import check_writable_outputs
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.errors import UserError
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0

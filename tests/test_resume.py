@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_run, load_settings
 from grpo.envs import build_env
 from grpo.errors import UserError
 from grpo.run.checkpoints import (
@@ -30,9 +30,9 @@ from grpo.run.checkpoints import (
     is_complete_checkpoint,
     latest_checkpoint,
     mark_checkpoint_complete,
-    resume_drift,
 )
-from grpo.train.trainer import PromptIndex, train
+from grpo.train.rollout_func import PromptIndex
+from grpo.train.trainer import train
 
 RUN = [
     "+env=char_target",
@@ -101,22 +101,19 @@ def test_resume_after_sigkill_continues_at_the_same_step(tmp_path):
     assert not is_complete_checkpoint(torn)
     assert latest_checkpoint(run1) == ckpt
 
-    cfg = load_settings(
+    cfg, plan = load_run(
         [*RUN, f"trainer.max_steps={step + 1}", f"resume={run1}", "trainer.log_completions=true"]
     )
-    # same data-order settings as the killed run (read back from its .hydra/config.yaml)
-    assert resume_drift(cfg, run1) == []
+    # the plan read once: the killed run's latest complete checkpoint, nothing forced
+    assert plan.source == run1 and plan.checkpoints == {"train": ckpt} and plan.forced == ()
     # a resume refuses such changes (tests/test_interrupt_resume.py); forced, they are reported
     with pytest.raises(UserError, match="seed: 7 -> 8; trainer.num_generations: 4 -> 2"):
         load_settings([*RUN, "seed=8", "trainer.num_generations=2", f"resume={run1}"])
-    changed = load_settings(
+    changed, forced = load_run(
         [*RUN, "seed=8", "trainer.num_generations=2", f"resume={run1}", "resume_force=true"]
     )
-    assert resume_drift(changed, run1) == [
-        "trainer.num_generations: 4 -> 2",
-        "trainer.seed: 7 -> 8",
-        "env.seed: 7 -> 8",
-    ]
+    assert changed.trainer.seed == changed.env["seed"] == 8 and changed.trainer.num_generations == 2
+    assert forced.forced == ("seed: 7 -> 8", "trainer.num_generations: 4 -> 2")
     env = build_env(cfg.env, cfg.language)
     start = StartState()
     result = train(cfg, env, tmp_path / "run2", callbacks=[start])

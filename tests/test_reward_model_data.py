@@ -13,20 +13,20 @@ import pytest
 from packaged_env import packaged_env
 
 from grpo.cli.checks import check
-from grpo.cli.preflight import load_settings
+from grpo.cli.synthetic import main
+from grpo.compose import load_settings
 from grpo.envs.alphabet_sort import AlphabetSortEnv
 from grpo.errors import UserError
-from grpo.jsonl_rows import MAX_REPORTED
-from grpo.reward_model import META_FILE
+from grpo.files import MAX_REPORTED
 from grpo.reward_model.data import PreferencePair, load_pairs, split_heldout, write_pairs
 from grpo.reward_model.synthetic import (
     corrupt_episode,
     corrupt_format,
     corrupt_items,
     env_pairs,
-    main,
     synthetic_pairs,
 )
+from grpo.run.layout import RM_META_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = {"prompt": "Sort: b, a", "chosen": "a\nb", "rejected": "b\na", "language": "en"}
@@ -230,6 +230,23 @@ def test_synthetic_cli_writes_a_jsonl_the_loader_accepts(tmp_path, capsys):
     assert len(pairs) == 12 and all(p.meta["severity"] == 1.0 for p in pairs)
 
 
+@pytest.mark.parametrize("command", ["grpo.cli.synthetic", "grpo.reward_model.synthetic"])
+def test_the_synthetic_command_runs_under_its_name_and_its_older_one(tmp_path, command):
+    """A real process: the command in the front door, and the path it had before (a shim)."""
+    out = tmp_path / "prefs.jsonl"
+    args = [str(out), "+env=arithmetic", "reward_model.data.synthetic.n=4"]
+    done = subprocess.run(
+        [sys.executable, "-m", command, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert "wrote 4 preference pairs (en 4)" in done.stdout
+    assert len(load_pairs(out)) == 4
+    bad = subprocess.run(
+        [sys.executable, "-m", command, str(out), "+env=nope"], capture_output=True, text=True, timeout=300
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("error: unknown env 'nope'")
+
+
 # ---- config rules ---------------------------------------------------------------------------
 
 
@@ -315,7 +332,7 @@ def test_bad_preference_rows_stop_the_run_before_training(tmp_path):
     for expected in ("line 2: empty 'chosen'", "line 3: bad JSON", "line 4: unknown language 'xx'"):
         assert expected in lines[0]
     rm_dir = tmp_path / "out" / "run" / "reward_model"
-    assert not (rm_dir / META_FILE).exists() and not (rm_dir / "model.safetensors").exists()
+    assert not (rm_dir / RM_META_FILE).exists() and not (rm_dir / "model.safetensors").exists()
 
 
 def test_a_missing_checkpoint_is_a_one_line_error(tmp_path):

@@ -11,14 +11,14 @@ import pytest
 import torch
 from packaged_env import packaged_env
 
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs.alphabet_sort import AlphabetSortEnv
 from grpo.errors import UserError
 from grpo.reward_model.backbone import RMMeta, build_backbone, save_reward_model
 from grpo.reward_model.calibration import Calibration
 from grpo.reward_model.scoring import SequenceEncoder, score_ids
 from grpo.reward_model.synthetic import synthetic_pairs
-from grpo.rewards import all_reward_funcs, rubric_reward_funcs
+from grpo.rewards import build_rewards, rubric_reward_funcs
 from grpo.rewards.learned import RewardModelScorer, combine_scores, learned_reward_funcs
 from grpo.rewards.rubric import COMPLETION_FIELD
 
@@ -162,7 +162,7 @@ def test_one_scoring_pass_serves_every_function_of_a_batch(members, pairs):
 def test_trl_sees_them_as_batched_functions_weighted_with_the_rubric(members):
     cfg = ensemble_cfg(members, "reward_model.weight=2.0", "reward_model.rubric_weight=0.5")
     env = packaged_env("alphabet_sort", seed=0, num_train_examples=4)
-    funcs, weights = rubric_reward_funcs(all_reward_funcs(cfg, env))
+    funcs, weights = rubric_reward_funcs(build_rewards(cfg, env).training())
     assert [getattr(f, "__name__", None) for f in funcs] == [
         "alphabet_sort_reward",
         "rm_0",
@@ -179,7 +179,7 @@ def test_trl_sees_them_as_batched_functions_weighted_with_the_rubric(members):
             f"reward_model.checkpoints=[{members[0]}]",
         ]
     )
-    _, weights = rubric_reward_funcs(all_reward_funcs(learned_only, env))
+    _, weights = rubric_reward_funcs(build_rewards(learned_only, env).training())
     assert weights == [0.0, 1.0]  # the rubric is logged only
 
 

@@ -1,19 +1,22 @@
-"""The learned reward in GRPO, end to end: one run trains the reward model and then GRPO with it
-(stages=[reward_model,train]) logging both to MLflow; the reward TRL logs is the RM's normalised
-score of the real episodes, mixed with the rubric by weight."""
+"""The learned reward in GRPO, end to end: one run trains the reward model, evaluates, trains GRPO
+with it and evaluates again (stages=[reward_model,eval,train,eval]) logging all of it to MLflow,
+with the reward model loaded from disk once; the reward TRL logs is the RM's normalised score of
+the real episodes, mixed with the rubric by weight."""
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import pytest
 from mlflow import MlflowClient
 from transformers import TrainerCallback
 
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs import build_env
-from grpo.reward_model import META_FILE
+from grpo.reward_model.backbone import LOADS
 from grpo.rewards.learned import RewardModelScorer
+from grpo.run.layout import RM_META_FILE
 from grpo.stages import run_stages
 from grpo.tracking.store import metric_curve, tracking_uri
 from grpo.train.trainer import build_trainer
@@ -39,28 +42,44 @@ SMALL_GRPO = [
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """`python -m grpo +env=alphabet_sort stages=[reward_model,train] reward_model=learned ...`"""
+    """`python -m grpo +env=alphabet_sort stages=[reward_model,eval,train,eval] reward_model=learned
+    ...`; with how many times the run loaded its reward model from disk."""
     root = tmp_path_factory.mktemp("e2e")
     cfg = load_settings(
         [
             "+env=alphabet_sort",
-            "stages=[reward_model,train]",
+            "stages=[reward_model,eval,train,eval]",
             "reward_model=learned",
             *SMALL_RM,
             *SMALL_GRPO,
+            "eval.num_examples=2",
+            "eval.rollouts_per_example=2",
             "tracking=mlflow",
             f"output_root={root}",
         ]
     )
     run_dir = root / "runs" / "e2e"
     run_stages(cfg, run_dir=run_dir)
-    return cfg, run_dir
+    return cfg, run_dir, LOADS[str((run_dir / "reward_model").resolve())]
+
+
+def test_the_run_loads_its_reward_model_once_for_both_evaluations_and_training(run):
+    cfg, run_dir, loads = run
+    assert loads == 1
+    client = MlflowClient(tracking_uri(cfg))
+    (mlrun,) = client.search_runs([client.get_experiment_by_name("grpo-alphabet_sort").experiment_id])
+    # every stage scored with it: the evaluations' score column, GRPO's reward
+    for label in ("baseline", "final"):
+        meta = json.loads((run_dir / f"eval_{label}" / "metadata.json").read_text())
+        assert meta["scores"]["reward_model"]["count"] == 4
+        assert f"eval/{label}/score/reward_model/mean" in mlrun.data.metrics
+    assert "train/rewards/reward_model/mean" in mlrun.data.metrics
 
 
 def test_one_run_trains_the_rm_then_grpo_with_it(run):
-    cfg, run_dir = run
+    cfg, run_dir, _ = run
     rm_dir = run_dir / "reward_model"
-    assert (rm_dir / META_FILE).is_file()
+    assert (rm_dir / RM_META_FILE).is_file()
     # the fresh RM reaches the train stage as the stage's result: the settings stay as given
     assert cfg.reward_model.checkpoints == []
     assert (run_dir / "checkpoints").is_dir()
@@ -90,7 +109,7 @@ class LogCapture(TrainerCallback):
 
 
 def test_the_grpo_reward_is_the_normalised_rm_score_of_each_episode(run, tmp_path):
-    _, run_dir = run
+    _, run_dir, _ = run
     rm_dir = run_dir / "reward_model"
     cfg = load_settings(
         [

@@ -11,14 +11,20 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from grpo.cli.preflight import load_settings
-from grpo.reward_model import CALIBRATION_FILE, HELDOUT_PAIRS_FILE, META_FILE, METRICS_FILE, TRAIN_PAIRS_FILE
+from grpo.compose import load_settings
 from grpo.reward_model.backbone import inner_model, lang_tag, load_reward_model
 from grpo.reward_model.calibration import Calibration
 from grpo.reward_model.data import load_pairs
 from grpo.reward_model.synthetic import pairs_from_config
 from grpo.reward_model.train import train_reward_model
 from grpo.rewards.learned import RewardModelScorer
+from grpo.run.layout import (
+    HELDOUT_PAIRS_FILE,
+    RM_CALIBRATION_FILE,
+    RM_META_FILE,
+    RM_METRICS_FILE,
+    TRAIN_PAIRS_FILE,
+)
 from grpo.stages import RunResults
 from grpo.tracking import make_tracker
 from grpo.tracking.store import metric_curve, tracking_uri
@@ -70,16 +76,16 @@ def test_held_out_accuracy_rises_from_chance_to_090_in_both_languages(trained):
 
     out = result.path
     for name in (
-        META_FILE,
-        CALIBRATION_FILE,
-        METRICS_FILE,
+        RM_META_FILE,
+        RM_CALIBRATION_FILE,
+        RM_METRICS_FILE,
         TRAIN_PAIRS_FILE,
         HELDOUT_PAIRS_FILE,
         "config.json",
     ):
         assert (out / name).is_file(), name
     assert not (out / "trainer").exists()
-    report = json.loads((out / METRICS_FILE).read_text())
+    report = json.loads((out / RM_METRICS_FILE).read_text())
     assert report["final"]["accuracy"] == result.final.accuracy
     assert report["initial"]["accuracy"] == result.initial.accuracy
     assert len(load_pairs(out / HELDOUT_PAIRS_FILE)) == 120
@@ -100,9 +106,9 @@ def test_held_out_accuracy_rises_from_chance_to_090_in_both_languages(trained):
     assert client.get_run(run_id).data.tags["grpo.reward_model.path"] == str(out.resolve())
     artifacts = {a.path for a in client.list_artifacts(run_id, "reward_model")}
     assert artifacts >= {
-        f"reward_model/{METRICS_FILE}",
-        f"reward_model/{CALIBRATION_FILE}",
-        f"reward_model/{META_FILE}",
+        f"reward_model/{RM_METRICS_FILE}",
+        f"reward_model/{RM_CALIBRATION_FILE}",
+        f"reward_model/{RM_META_FILE}",
     }
 
 
@@ -120,7 +126,7 @@ def test_calibration_gives_each_language_mean_0_std_1(trained):
         assert statistics.pstdev(normalized) == pytest.approx(1.0, rel=1e-4)
         # the scorer reproduces the stage's own scores of these completions
         raw = scorer.raw(prompts, completions, [lang] * len(completions))
-        stats = Calibration.load(result.path / CALIBRATION_FILE).languages[lang]
+        stats = Calibration.load(result.path / RM_CALIBRATION_FILE).languages[lang]
         assert statistics.fmean(raw) == pytest.approx(stats.mean, abs=1e-4)
     # fresh pairs from the same distribution (another seed) come out near mean 0, std 1 as well
     fresh_cfg = load_settings([*LEARN, "reward_model.data.seed=7", "reward_model.data.synthetic.n=60"])

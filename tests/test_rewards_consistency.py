@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from test_languages_consistency import TEXTS
 
-from grpo.cli.preflight import compose
+from grpo.compose import compose
 from grpo.envs import build_env
 from grpo.envs.alphabet_sort import AlphabetSortEnv
 from grpo.envs.rubric import Rubric
-from grpo.languages.spec import get_spec
+from grpo.languages.spec import get_spec, spec_from_config
 from grpo.rewards.consistency import REWARD_NAME, consistency_reward_funcs, make_consistency_reward
 
 
@@ -65,7 +65,7 @@ def test_reward_function_never_raises(completion):
 
 def test_consistency_reward_funcs_take_the_env_tokens_and_tags():
     cfg = compose(["+env=alphabet_sort", "language=sv"])
-    (reward,) = consistency_reward_funcs(cfg, build_env(cfg.env, cfg.language))
+    (reward,) = consistency_reward_funcs(spec_from_config(cfg.language), build_env(cfg.env, cfg.language))
     assert reward.weight == 0.1
     marked = "\n".join(f"{name} // new name!" for name in ("Bo", "Eva", "Ali"))
     completion = [
@@ -76,4 +76,6 @@ def test_consistency_reward_funcs_take_the_env_tokens_and_tags():
     assert reward.fn(completion=completion, info=info) == 1.0
     # without the env's format token and answer tags, `new name` and `The End` count as English
     assert make_consistency_reward(get_spec("sv")).fn(completion=completion, info=info) < 0.7
-    assert consistency_reward_funcs(compose(["+env=alphabet_sort"]), None) == []  # en: weight 0
+    assert (
+        consistency_reward_funcs(spec_from_config(compose(["+env=alphabet_sort"]).language), None) == []
+    )  # en: weight 0

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from grpo.cli.checks import check
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.envs.base import Environment, Row
 from grpo.errors import UserError

@@ -13,14 +13,14 @@ from mlflow import MlflowClient
 from test_sft_data import CONVERSATION
 
 from grpo.cli.checks import check
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.models import load_policy
-from grpo.sft import META_FILE, SFT_DIR
+from grpo.run.layout import MLFLOW_RUN_FILE, SFT_DIR, SFT_META_FILE
 from grpo.sft.data import env_demonstrations, load_conversations
 from grpo.sft.train import build_sft_trainer, prepare_examples, train_sft
 from grpo.stages import run_stages
-from grpo.tracking.mlflow_tracker import RUN_FILE
+from grpo.tracking.base import Tracker
 from grpo.tracking.store import metric_curve, tracking_uri
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -63,7 +63,7 @@ def test_sft_raises_the_eval_reward_above_the_random_models(learned):
 
 def test_the_stage_logs_sft_metrics_to_the_runs_mlflow_run_and_saves_a_complete_dir(learned):
     settings, run_dir, _, after = learned
-    run_id = json.loads((run_dir / RUN_FILE).read_text())["run_id"]
+    run_id = json.loads((run_dir / MLFLOW_RUN_FILE).read_text())["run_id"]
     client = MlflowClient(tracking_uri(settings))
     assert client.get_run(run_id).info.status == "FINISHED"
     loss = metric_curve(client, run_id, "sft/loss")
@@ -74,9 +74,9 @@ def test_the_stage_logs_sft_metrics_to_the_runs_mlflow_run_and_saves_a_complete_
     assert metric_curve(client, run_id, "eval/eval/mean") == [(0, pytest.approx(after))]
     out = run_dir / SFT_DIR
     assert client.get_run(run_id).data.tags["grpo.sft.path"] == str(out.resolve())
-    assert {a.path for a in client.list_artifacts(run_id, "sft")} == {f"sft/{META_FILE}"}
+    assert {a.path for a in client.list_artifacts(run_id, "sft")} == {f"sft/{SFT_META_FILE}"}
 
-    meta = json.loads((out / META_FILE).read_text())
+    meta = json.loads((out / SFT_META_FILE).read_text())
     assert meta["global_step"] == 40 and meta["num_examples"] == 64
     assert meta["metrics"]["loss"] == pytest.approx(loss[-1][1])
     for name in ("config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"):
@@ -160,7 +160,8 @@ def test_lora_sft_is_merged_into_a_plain_model_that_model_path_loads(lora_sft):
 
 
 def test_grpo_after_sft_takes_the_sft_model_as_its_reference(lora_sft):
-    from grpo.train.trainer import INITIAL_MODEL_DIR, build_trainer
+    from grpo.run.layout import INITIAL_MODEL_DIR
+    from grpo.train.trainer import build_trainer
 
     _, env, _, result, run_dir = lora_sft
     assert result.model.config._name_or_path == str(result.path)
@@ -172,7 +173,7 @@ def test_grpo_after_sft_takes_the_sft_model_as_its_reference(lora_sft):
     assert not (run_dir / INITIAL_MODEL_DIR).exists()  # no copy of the random initial weights
 
 
-class CtrlC:
+class CtrlC(Tracker):
     """A tracker whose first metrics arrive as the user presses Ctrl-C."""
 
     def log_metrics(self, metrics, step):
@@ -181,8 +182,8 @@ class CtrlC:
 
 def test_ctrl_c_during_training_leaves_the_previous_model_dir_and_no_partial_one(lora_sft):
     settings, env, _, result, _ = lora_sft
-    before = (result.path / META_FILE).read_text()
+    before = (result.path / SFT_META_FILE).read_text()
     with pytest.raises(KeyboardInterrupt):
         train_sft(settings, env, result.path, tracker=CtrlC())
-    assert (result.path / META_FILE).read_text() == before
+    assert (result.path / SFT_META_FILE).read_text() == before
     assert not result.path.with_name(f"{SFT_DIR}.partial").exists()

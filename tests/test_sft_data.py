@@ -15,11 +15,11 @@ import pytest
 from packaged_env import packaged_env
 
 from grpo.cli.checks import check
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.errors import UserError
-from grpo.jsonl_rows import MAX_REPORTED
+from grpo.files import MAX_REPORTED
 from grpo.rollout import TurnTokenizer
-from grpo.sft import META_FILE, SFT_DIR
+from grpo.run.layout import SFT_DIR, SFT_META_FILE
 from grpo.sft.data import Demonstration, env_demonstrations, load_conversations, load_demonstrations
 from grpo.sft.replay import build_examples, replay
 
@@ -335,4 +335,4 @@ def test_bad_rows_stop_python_m_grpo_with_exit_2_one_line_and_nothing_trained(tm
     for number, (_, expected) in enumerate(BAD_ROWS[:MAX_REPORTED], 2):
         assert f"line {number}: {expected}" in lines[0]
     assert not (run_dir / SFT_DIR).exists() and not (run_dir / f"{SFT_DIR}.partial").exists()
-    assert not list(run_dir.rglob(META_FILE))
+    assert not list(run_dir.rglob(SFT_META_FILE))

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from grpo.cli.preflight import compose
+from grpo.compose import compose
 from grpo.tracking.summary import child_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -231,7 +231,7 @@ def test_presets_compose_as_multirun_sweeps():
 
 
 @pytest.mark.slow
-def test_sweep_presets_ship_in_the_wheel(tmp_path):
+def test_the_wheel_ships_every_module_and_sweep_preset(tmp_path):
     assert (REPO / "conf" / "sweep").resolve() == (REPO / "sweeps").resolve()
     # build from a copy: an in-tree build would write build/ and *.egg-info into the checkout
     src = tmp_path / "src"
@@ -262,7 +262,9 @@ def test_sweep_presets_ship_in_the_wheel(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for preset in (REPO / "sweeps").glob("*.yaml"):
         assert f"grpo/conf/sweep/{preset.name}" in names
-    assert "grpo/tracking/sweep.py" in names and "grpo/compare.py" in names
+    # every module of the package, in every subpackage (pyproject.toml lists them)
+    modules = {str(f.relative_to(REPO)) for f in (REPO / "grpo").rglob("*.py")}
+    assert modules and modules <= names, sorted(modules - names)
 
 
 @pytest.mark.slow

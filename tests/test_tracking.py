@@ -22,11 +22,12 @@ import yaml
 from mlflow import MlflowClient
 
 from grpo.cli.checks import check
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.errors import UserError
-from grpo.evaluation.evaluator import EvalResult
+from grpo.evaluation.summary import EvalResult
+from grpo.run.layout import MLFLOW_RUN_FILE
 from grpo.tracking import NullTracker, make_tracker
-from grpo.tracking.mlflow_tracker import RUN_FILE, eval_scores, render_messages, sample_table
+from grpo.tracking.mlflow_tracker import eval_scores, render_messages, sample_table
 from grpo.tracking.params import config_params, safe_name, varied_overrides
 from grpo.tracking.store import (
     EXPERIMENT_KIND_TAG,
@@ -141,7 +142,7 @@ def test_run_logs_params_metrics_evals_artifacts_and_plots(root):
     assert experiment.name == "grpo-alphabet_sort"
     assert run.info.artifact_uri.startswith((root / "mlartifacts" / "grpo-alphabet_sort").as_uri())
     assert run.info.status == "FINISHED"
-    assert json.loads((run_dir / RUN_FILE).read_text())["run_id"] == tracker.run_id
+    assert json.loads((run_dir / MLFLOW_RUN_FILE).read_text())["run_id"] == tracker.run_id
 
     params = run.data.params
     assert params["cfg.trainer.beta"] == "0.04" and params["cfg.optimizer.lr"] == "3e-06"
@@ -318,7 +319,7 @@ def test_train_metrics_names_and_values():
         "note": "text",
         "x": None,
     }
-    assert train_metrics(logs) == {
+    assert train_metrics(logs, "train/") == {
         "train/loss": 1.5,
         "train/rewards/f/mean": 0.25,
         "train/summary/runtime": 3.0,

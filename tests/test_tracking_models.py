@@ -15,11 +15,12 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.models import load_policy, lora_config
+from grpo.run.layout import LORA_BASE_DIR
 from grpo.stages import run_stages
 from grpo.tracking import make_tracker
-from grpo.tracking.models import LORA_BASE_DIR, REWARD_MODEL_SUFFIX
+from grpo.tracking.models import REWARD_MODEL_SUFFIX
 from grpo.tracking.store import tracking_uri
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

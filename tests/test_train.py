@@ -15,7 +15,7 @@ from env_mask_check import assert_env_mask_follows_the_template
 from packaged_env import packaged_env
 from transformers import TrainerCallback
 
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.envs.base import Row
 from grpo.envs.char_target import CharTargetEnv
@@ -23,14 +23,9 @@ from grpo.envs.parsers import assistant_turns
 from grpo.envs.rubric import RewardFunc, Rubric
 from grpo.errors import UserError
 from grpo.models import load_policy
-from grpo.train.trainer import (
-    EnvRolloutFunc,
-    PromptIndex,
-    build_trainer,
-    grpo_config_kwargs,
-    make_grpo_config,
-    train,
-)
+from grpo.train.grpo_args import grpo_config_kwargs, make_grpo_config
+from grpo.train.rollout_func import EnvRolloutFunc, PromptIndex
+from grpo.train.trainer import build_trainer, train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

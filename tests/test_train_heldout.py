@@ -1,4 +1,4 @@
-"""Validation during GRPO training and the best checkpoint kept (grpo/train_validation.py), on the
+"""Held-out evaluation during GRPO training and the best checkpoint kept (grpo/train/heldout.py), on the
 real tiny model, the real TRL trainer and a real MLflow SQLite store: val/* metrics at the right
 steps, held-out rows apart from the evaluation's, the best checkpoint surviving save_total_limit=1,
 the final evaluation of both the last and the best policy, and training left undisturbed."""
@@ -15,7 +15,7 @@ from peft import get_peft_model_state_dict
 from safetensors.torch import load_file
 
 from grpo.cli.checks import check
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.errors import UserError
 from grpo.evaluation.evaluator import RESULTS_FILE, evaluate_rows
@@ -27,10 +27,10 @@ from grpo.run.checkpoints import (
     checkpoints_of,
     is_complete_checkpoint,
 )
+from grpo.run.layout import MLFLOW_RUN_FILE
 from grpo.stages import run_stages
-from grpo.tracking.mlflow_tracker import RUN_FILE
 from grpo.tracking.store import metric_curve, tracking_uri
-from grpo.train.heldout import validation_metrics, validation_rows
+from grpo.train.heldout import heldout_metrics, heldout_rows
 from grpo.train.trainer import checkpoint_policy, train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -61,12 +61,12 @@ def steps_on_disk(run_dir: Path) -> set[int]:
 def test_validation_rows_are_the_end_of_the_eval_split():
     cfg = load_settings(["+env=arithmetic", "env.num_eval_examples=10"])
     env = build_env(cfg.env, cfg.language)
-    rows = validation_rows(env, 3)
+    rows = heldout_rows(env, 3)
     assert [r.id for r in rows] == [7, 8, 9]
     assert [r.prompt for r in rows] == [r.prompt for r in env.rows("eval")[7:]]
     # the evaluation takes the first rows: none in common
     assert not {r.id for r in rows} & {r.id for r in env.rows("eval", cfg.eval.num_examples)}
-    assert [r.id for r in validation_rows(env, 50)] == list(range(10))  # a short split: all of it
+    assert [r.id for r in heldout_rows(env, 50)] == list(range(10))  # a short split: all of it
 
 
 def test_validation_and_evaluation_rows_must_not_overlap():
@@ -99,7 +99,7 @@ def test_val_metrics_at_steps_2_and_4_and_the_best_checkpoint_evaluated(tmp_path
     out = capsys.readouterr().out
 
     client = MlflowClient(tracking_uri(cfg))
-    run_id = json.loads((run_dir / RUN_FILE).read_text())["run_id"]
+    run_id = json.loads((run_dir / MLFLOW_RUN_FILE).read_text())["run_id"]
     val = metric_curve(client, run_id, "val/reward")
     assert [step for step, _ in val] == [2, 4]
     assert val[0][1] == val[1][1]
@@ -153,13 +153,13 @@ def test_keep_best_keeps_the_checkpoint_with_the_best_val_reward(tmp_path):
     again = evaluate_rows(
         cfg,
         env,
-        validation_rows(env, cfg.trainer.val_num_examples),
+        heldout_rows(env, cfg.trainer.val_num_examples),
         cfg.trainer.val_rollouts_per_example,
         make_backend(cfg.generation, model, tokenizer, cfg.model),
         None,
     )
     assert again.mean == pytest.approx(rewards[best_step])
-    assert validation_metrics(again)["val/reward"] == again.mean
+    assert heldout_metrics(again)["val/reward"] == again.mean
 
     # validation samples under its own RNG, even unseeded: training is the same with or without it
     plain = train(

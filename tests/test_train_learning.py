@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.generation import Sampling, make_backend
 from grpo.models import load_policy

@@ -1,4 +1,4 @@
-"""Reward-hacking monitors (grpo/train_monitors.py): each metric on scripted rollouts of known
+"""Reward-hacking monitors (grpo/train/monitors.py): each metric on scripted rollouts of known
 length, repetition, format and language; the environments' answer checks; and, on the real
 trainer, the monitors reaching TRL's per-step log and the zero-signal hint printed once."""
 
@@ -8,13 +8,15 @@ import pytest
 from packaged_env import packaged_env
 from transformers import TrainerCallback
 
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.envs.base import Row
+from grpo.languages.spec import spec_from_config
 from grpo.rewards.consistency import language_monitor
 from grpo.rollout import Rollout
 from grpo.train.monitors import batch_monitors, repeated_ngrams, repetition, tokens_per_turn, words
-from grpo.train.trainer import build_trainer, zero_signal_hint
+from grpo.train.progress import zero_signal_hint
+from grpo.train.trainer import build_trainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -128,7 +130,7 @@ def test_single_turn_answer_checks_follow_their_parsers():
 def test_wrong_language_counts_answers_below_half_in_the_run_language():
     cfg = load_settings(["+env=alphabet_sort", "language=zh"])
     env = build_env(cfg.env, cfg.language)
-    score = language_monitor(cfg, env)
+    score = language_monitor(spec_from_config(cfg.language), env)
     row = env.rows("eval", 1)[0]
     names_only = env.reference_completion(row)  # the answer blocks hold only names: nothing to judge
     chinese = [assistant("我按照姓氏的拼音顺序排列了这些名字。")]
@@ -143,7 +145,7 @@ def test_wrong_language_counts_answers_below_half_in_the_run_language():
 
     # an English run has no wrong-language monitor
     cfg_en = load_settings(["+env=alphabet_sort"])
-    assert language_monitor(cfg_en, build_env(cfg_en.env, cfg_en.language)) is None
+    assert language_monitor(spec_from_config(cfg_en.language), build_env(cfg_en.env, cfg_en.language)) is None
 
 
 def test_each_monitor_per_language_when_the_batch_has_several():

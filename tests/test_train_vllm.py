@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.config import GENERATION_BACKENDS, GenerationConfig
 from grpo.envs import build_env
 from grpo.generation import GenRequest, Sampling, make_backend

@@ -1,4 +1,4 @@
-"""TRL's fused log-prob head scores only labelled positions on CPU (grpo/fused_head.py): the SFT
+"""TRL's fused log-prob head scores only labelled positions on CPU (grpo/trl_support.py): the SFT
 loss, its token metrics and the gradients are those of the full projection, and both trainers turn
 the switch on."""
 
@@ -8,12 +8,12 @@ import pytest
 import torch
 import trl.trainer.utils as trl_utils
 
-from grpo.cli.preflight import load_settings
+from grpo.compose import load_settings
 from grpo.envs import build_env
-from grpo.fused_head import score_labelled_positions_on_cpu
 from grpo.models import load_policy
 from grpo.sft.data import env_demonstrations
 from grpo.sft.train import build_sft_trainer, prepare_examples
+from grpo.trl_support import score_labelled_positions_on_cpu
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

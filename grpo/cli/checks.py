@@ -46,6 +46,7 @@ from grpo.config import (
     TrainerConfig,
 )
 from grpo.errors import UserError
+from grpo.run.resume import ResumePlan
 
 # a model turn needs room for at least a short answer and its end-of-turn token
 MIN_TOKENS_PER_TURN = 16
@@ -53,16 +54,17 @@ MIN_TOKENS_PER_TURN = 16
 _checked: set[str] = set()
 
 
-def check_once(settings: GrpoConfig) -> None:
-    """`check(settings)` unless this process already checked exactly these settings."""
+def check_once(settings: GrpoConfig, resume: ResumePlan | None = None) -> None:
+    """`check(settings, resume)` unless this process already checked exactly these settings."""
     key = json.dumps(dataclasses.asdict(settings), sort_keys=True, default=str)
     if key not in _checked:
-        check(settings)
+        check(settings, resume)
         _checked.add(key)
 
 
-def check(s: GrpoConfig) -> None:
-    """Every cross-field rule, in a fixed order; UserError on the first one broken."""
+def check(s: GrpoConfig, resume: ResumePlan | None = None) -> None:
+    """Every cross-field rule, in a fixed order; UserError on the first one broken. `resume`: the
+    run's resume plan (grpo/run/resume.py; None: read here when s.resume is set)."""
     _stages(s.stages)
     _trainer(s.trainer)
     _optimizer(s.optimizer)
@@ -71,7 +73,7 @@ def check(s: GrpoConfig) -> None:
     _turn_budget(s)
     _generation(s.generation, s.stages)
     if s.resume:
-        _resume(s)
+        _resume(s, resume)
     if "eval" in s.stages:
         _eval(s.eval)
     if s.trainer.eval_steps and "train" in s.stages and "eval" in s.stages:
@@ -313,20 +315,17 @@ def _vllm(g: GenerationConfig, stages: list[str]) -> None:
         _fail(f"generation={g.backend} needs a CUDA GPU for training: use generation=hf on CPU")
 
 
-def _resume(s: GrpoConfig) -> None:
+def _resume(s: GrpoConfig, plan: ResumePlan | None) -> None:
     if not {"train", "sft", "reward_model"} & set(s.stages):
         _fail(
             f"resume={s.resume} needs a training stage: add train (or sft, reward_model) to stages "
             "(e.g. stages=[train,eval])"
         )
     if "sft" in s.stages or "reward_model" in s.stages:
-        return  # a run interrupted in an earlier stage has no GRPO checkpoint yet (grpo/resume.py)
-    if "train" not in s.stages:
-        return
+        return  # a run interrupted in an earlier stage has no GRPO checkpoint yet (grpo/run/resume.py)
     from grpo.run.checkpoints import latest_checkpoint
-    from grpo.run.resume import checkpoint_in_chain
 
-    checkpoint = checkpoint_in_chain(s.resume, "train")
+    checkpoint = (plan or ResumePlan.read(s.resume)).checkpoints.get("train")
     if checkpoint is None:
         latest_checkpoint(s.resume)  # UserError: nothing complete to resume from
         return

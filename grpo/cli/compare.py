@@ -13,7 +13,6 @@ when it ends.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,11 +30,12 @@ from grpo.tracking.summary import (
 
 
 def default_uri() -> str:
-    """The store `python -m grpo` uses with no settings, seen from the current directory."""
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    root = Path(os.environ.get("GRPO_OUTPUT_ROOT", "outputs")).resolve()
-    return f"sqlite:///{root / 'mlflow.db'}"
+    """The store `python -m grpo` logs to with no settings, seen from the current directory:
+    $MLFLOW_TRACKING_URI, else <output_root>/mlflow.db (output_root: $GRPO_OUTPUT_ROOT or outputs)."""
+    from grpo.compose import load_settings
+    from grpo.tracking.store import tracking_uri
+
+    return tracking_uri(load_settings())
 
 
 def find_sweep(client: Any, sweep: str | None, experiment: str | None) -> Any:

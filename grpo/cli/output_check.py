@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grpo.errors import UserError
-from grpo.tracking.store import output_root, sqlite_path, tracking_uri
+from grpo.run.layout import output_root
+from grpo.tracking.store import sqlite_path, tracking_uri
 
 if TYPE_CHECKING:
     from grpo.config import GrpoConfig

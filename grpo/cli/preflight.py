@@ -1,4 +1,4 @@
-"""Command-line front door: composition, one-line errors, and the checks that run before Hydra.
+"""The front door's preflight: one-line errors, and the checks that run before Hydra.
 
 Hydra reports composition errors over several lines (and task errors with a traceback). Users of
 `python -m grpo` get one line instead: `preflight` composes the command line with Hydra's compose
@@ -15,73 +15,20 @@ import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import NamedTuple
 
 from omegaconf import DictConfig
 
-from grpo.config import GrpoConfig, register_schema, to_settings
+from grpo.compose import compose, group_options, one_line, run_config
+from grpo.config import GrpoConfig, to_settings
 from grpo.errors import UserError
-from grpo.files import register_new_dir_resolver
+from grpo.run.resume import ResumePlan
 
-CONFIG_MODULE = "grpo.conf"
-CONFIG_NAME = "config"
 EXIT_USER_ERROR = 2
 # Hydra flags after which preflight stays out of the way (Hydra prints help / info itself)
 _HYDRA_INFO_FLAGS = ("help", "hydra_help", "info", "shell_completion")
 # sweeps with more jobs get each listed value checked once instead of every combination
 MAX_CHECKED_JOBS = 64
-
-
-def _config_module() -> contextlib.AbstractContextManager[Any]:
-    """Hydra initialised on our config tree: inside a running `python -m grpo` it already is (a
-    second initialisation raises), anywhere else for the duration of the block."""
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():
-        return contextlib.nullcontext()
-    return initialize_config_module(CONFIG_MODULE, version_base="1.3")
-
-
-def compose(overrides: Sequence[str] = (), return_hydra_config: bool = False) -> DictConfig:
-    """The run's config for `overrides`, composed exactly as `python -m grpo` composes it."""
-    from hydra import compose as hydra_compose
-
-    register_schema()
-    register_new_dir_resolver()  # the run dir, resolved only when the hydra node is
-    with _config_module():
-        return hydra_compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=return_hydra_config)
-
-
-def group_options(group: str) -> list[str]:
-    """The options of a config group (e.g. the available envs), sorted."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    with _config_module():
-        return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
-
-
-def one_line(ex: BaseException) -> str:
-    """An exception and its causes as one line (Hydra and OmegaConf messages span several)."""
-    parts: list[str] = []
-    seen: set[int] = set()
-    while ex is not None and id(ex) not in seen:
-        seen.add(id(ex))
-        for line in str(ex).splitlines():
-            line = line.strip()
-            if line and line not in parts and not _is_noise(line):
-                parts.append(line)
-        ex = ex.__cause__ or ex.__context__
-    return "; ".join(parts) or "unknown error"
-
-
-def _is_noise(line: str) -> bool:
-    """Lines of Hydra/OmegaConf messages that add nothing on a one-line error."""
-    return (
-        line == "None"
-        or "$VALUE" in line
-        or line.startswith(("object_type=", "reference_type=", "Config search path", "See https://hydra.cc"))
-    )
 
 
 def fail(message: str) -> None:
@@ -134,53 +81,42 @@ def _checkable_overrides(overrides: list[str]) -> tuple[list[str], dict[str, lis
     return plain, swept
 
 
+class Checked(NamedTuple):
+    """A checked command line: the (first job's) settings, its composed config, its resume plan."""
+
+    settings: GrpoConfig
+    config: DictConfig
+    resume: ResumePlan | None
+
+
 def check(overrides: list[str]) -> GrpoConfig:
     """Compose and check a command line; every problem is a UserError with one line. A sweep is
     checked job by job for every combination of its listed values (up to MAX_CHECKED_JOBS; beyond
     that, each value once, the other keys at their first value). Returns the first job's settings."""
-    return check_command(overrides)[0]
+    return check_command(overrides).settings
 
 
-def check_command(overrides: list[str]) -> tuple[GrpoConfig, DictConfig]:
-    """`check`, returning the first job's composed config too."""
+def check_command(overrides: list[str]) -> Checked:
+    """`check`, returning the first job's composed config and resume plan too."""
     from grpo.cli.checks import check_once
 
     plain, swept = _checkable_overrides(overrides)
-    jobs = [_composed([*plain, *job]) for job in _sweep_jobs(swept)]
-    for settings, _ in jobs:
-        check_once(settings)
+    plans: dict[str, ResumePlan] = {}  # each resumed dir is read once
+    jobs = [_composed([*plain, *job], plans) for job in _sweep_jobs(swept)]
+    for job in jobs:
+        check_once(job.settings, job.resume)
     return jobs[0]
 
 
-def config_groups() -> set[str]:
-    """The top-level config group names (env, model, language, ...)."""
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    if GlobalHydra.instance().is_initialized():  # inside the Hydra app (python -m grpo)
-        return set(GlobalHydra.instance().config_loader().list_groups(""))
-    with initialize_config_module(CONFIG_MODULE, version_base="1.3"):
-        return set(GlobalHydra.instance().config_loader().list_groups(""))
-
-
-def run_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
-    """The config a run uses: the composed one, or with resume= the resumed run's (grpo/resume.py)."""
-    if not cfg.get("resume"):
-        return cfg
-    from grpo.run.resume import resumed_config
-
-    return resumed_config(cfg, list(overrides), config_groups())
-
-
-def load_settings(overrides: Sequence[str] = ()) -> GrpoConfig:
-    """The typed settings `python -m grpo <overrides>` runs with, composed but not checked."""
-    return to_settings(run_config(compose(overrides), overrides))
-
-
-def _composed(overrides: list[str]) -> tuple[GrpoConfig, DictConfig]:
-    """The settings and the composed config of one job's overrides (resume= applied to both)."""
+def _composed(overrides: list[str], plans: dict[str, ResumePlan]) -> Checked:
+    """The settings, the composed config and the resume plan of one job's overrides (resume=
+    applied to both); `plans`: the plans read so far, by resume= value."""
     try:
-        cfg = run_config(compose(overrides), overrides)
+        cfg = compose(overrides)
+        resume = str(cfg.get("resume") or "")
+        cfg, plan = run_config(cfg, overrides, plans.get(resume))
+        if plan is not None:
+            plans[resume] = plan
         settings = to_settings(cfg)
     except UserError:
         raise
@@ -197,7 +133,7 @@ def _composed(overrides: list[str]) -> tuple[GrpoConfig, DictConfig]:
         raise UserError(
             f"no environment selected: add +env=NAME (available: {', '.join(group_options('env'))})"
         )
-    return settings, cfg
+    return Checked(settings, cfg, plan)
 
 
 def _sweep_jobs(swept: dict[str, list[str]]) -> list[list[str]]:
@@ -219,10 +155,10 @@ def _options_if_group(key: str) -> list[str]:
     return group_options(key)
 
 
-def preflight(argv: Sequence[str]) -> GrpoConfig | None:
+def preflight(argv: Sequence[str]) -> Checked | None:
     """Check the command line before Hydra runs it; exit 2 with one line on a problem. Returns the
-    (first job's) settings, None when Hydra is left to answer alone (help, --info, argparse errors,
-    HYDRA_FULL_ERROR=1)."""
+    (first job's) checked settings and resume plan, None when Hydra is left to answer alone (help,
+    --info, argparse errors, HYDRA_FULL_ERROR=1)."""
     # Hydra has no public way to split a command line into its flags and overrides; this private
     # import is the project's only use of Hydra internals
     from hydra._internal.utils import get_args_parser
@@ -238,16 +174,16 @@ def preflight(argv: Sequence[str]) -> GrpoConfig | None:
     from grpo.cli.output_check import check_writable_outputs
 
     try:
-        settings, cfg = check_command(args.overrides or [])
+        checked = check_command(args.overrides or [])
         # --cfg only prints the config: it writes nothing, so it creates no output folder either
         if not args.cfg:
-            check_writable_outputs(settings)
+            check_writable_outputs(checked.settings)
     except UserError as ex:
         fail(str(ex))
-    if args.cfg == "job" and not (args.package or args.multirun or settings.resume):
+    if args.cfg == "job" and not (args.package or args.multirun or checked.settings.resume):
         # what Hydra would compose a second time to print: the same job config, printed from here
         from omegaconf import OmegaConf
 
-        sys.stdout.write(OmegaConf.to_yaml(cfg, resolve=bool(args.resolve)))
+        sys.stdout.write(OmegaConf.to_yaml(checked.config, resolve=bool(args.resolve)))
         sys.exit(0)
-    return settings
+    return checked

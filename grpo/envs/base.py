@@ -33,12 +33,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from grpo.envs.prompts import PromptSpec
 from grpo.envs.rubric import Rubric
 from grpo.errors import UserError
+from grpo.generation.base import Messages
 
 if TYPE_CHECKING:
     from grpo.languages.spec import LanguageSpec
-
-Message = dict[str, str]
-Messages = list[Message]
 
 
 @dataclass

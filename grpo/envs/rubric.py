@@ -1,6 +1,6 @@
 """Rubrics: named, weighted reward functions, and the one policy that turns what a reward function
 returns into a score. Training (grpo/rewards/rubric.py, TRL's reward functions) and evaluation
-(`Rubric.score`, grpo/evaluate.py) both score through `score_reward`, so a reward means the same
+(`Rubric.score`, grpo/evaluation/evaluator.py) both score through `score_reward`, so a reward means the same
 in both.
 
 A reward function takes the keyword arguments `completion` (the turns after the prompt), `info`
@@ -22,19 +22,56 @@ One corner differs: when every function returns None for a completion, TRL marks
 (excluded from its group's baseline and from the logged reward, advantage 0), while the evaluator
 counts its total as 0.
 
-Function names are unique within a rubric: they become metric names and results.jsonl columns.
+Function names are unique within a rubric: they become metric names and results.jsonl columns,
+so none may take a results.jsonl field's name (RESERVED_KEYS).
+
+The rollout/reward field contract: TRL calls a reward function with keyword lists, one entry per
+completion (`prompts`, `completions`, the dataset's columns, and whatever the rollout function
+returned). Besides the token ids, grpo's rollout function returns the fields `reward_fields` builds
+(the episode's messages, its state, the row's info and language), and the evaluator hands a batched
+score function the same fields: a reward reads the same keys in training and in evaluation.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from grpo.errors import UserError
 
 RewardFn = Callable[..., Any]
+
+# the fields a batched reward function reads, per completion (see the module docstring)
+COMPLETION_FIELD = "rollout_completion"  # the episode's messages after the prompt
+STATE_FIELD = "rollout_state"  # what env_response kept during the episode
+INFO_FIELD = "row_info"  # the row's ground truth
+LANGUAGE_FIELD = "language"  # the row's language (also a column of the training dataset)
+# results.jsonl keys that are not reward functions; a reward function may not take one of these names
+RESERVED_KEYS = (
+    "example_id",
+    "rollout_index",
+    "language",
+    "prompt",
+    "completion",
+    "messages",
+    "info",
+    "reward",
+    "num_turns",
+    "truncated",
+)
+
+
+def reward_fields(rollouts: Sequence[Any]) -> dict[str, list[Any]]:
+    """The fields of the contract for `rollouts` (anything with `completion`, `state` and a `row`
+    with `info` and `language`, e.g. grpo.rollout.Rollout), one entry per rollout."""
+    return {
+        COMPLETION_FIELD: [list(r.completion) for r in rollouts],
+        STATE_FIELD: [r.state for r in rollouts],
+        INFO_FIELD: [r.row.info for r in rollouts],
+        LANGUAGE_FIELD: [r.row.language for r in rollouts],
+    }
 
 
 @dataclass

@@ -41,11 +41,11 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from grpo.envs.base import Environment, Messages, Row
-from grpo.envs.rubric import RewardFunc, Rubric
+from grpo.envs.rubric import COMPLETION_FIELD, RESERVED_KEYS, STATE_FIELD, RewardFunc, Rubric
 from grpo.errors import UserError
 
 INSTALL_HINT = "env=verifiers needs the verifiers extra: pip install 'grpo[verifiers]'"
-# results.jsonl keys (grpo.evaluate.RESERVED_KEYS) a verifiers metric may carry: such a metric is
+# results.jsonl keys (grpo.envs.rubric.RESERVED_KEYS) a verifiers metric may carry: such a metric is
 # renamed vf_<name> (MultiTurnEnv adds the weight-0 metric `num_turns`)
 _PREFIX = "vf_"
 # private keys this adapter keeps in the verifiers state
@@ -206,8 +206,6 @@ class VerifiersEnv(Environment):
     # ---- rewards ---------------------------------------------------------------------------
     def _named_funcs(self) -> list[tuple[str, float]]:
         """The grpo name and weight of each verifiers reward function, in the rubric's order."""
-        from grpo.evaluation.evaluator import RESERVED_KEYS
-
         named = []
         for rubric, func, weight in _reward_funcs(self.vf, self.vf_env.rubric):
             name = getattr(func, "__name__", repr(func))
@@ -412,8 +410,6 @@ class _BatchedReward:
         return f"VerifiersReward({self.name!r}, {self.env.env_id!r})"
 
     def __call__(self, prompts: Any = None, completions: Any = None, **kwargs: Any) -> list[float | None]:
-        from grpo.rewards.rubric import COMPLETION_FIELD, STATE_FIELD
-
         episodes, states = kwargs.get(COMPLETION_FIELD), kwargs.get(STATE_FIELD)
         if episodes is None or states is None:
             raise RuntimeError(

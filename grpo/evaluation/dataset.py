@@ -34,8 +34,8 @@ from typing import Any
 
 from grpo.errors import UserError
 from grpo.files import replace_dir, to_json
+from grpo.run.layout import DATASET_DIR
 
-DATASET_DIR = "dataset"
 # a Hub dataset repo id: namespace/name
 HUB_REPO_PATTERN = r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*"
 

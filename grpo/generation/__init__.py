@@ -8,7 +8,7 @@
 
 See grpo/generation/base.py for the protocol a backend implements. Importing this package is
 light: a backend's heavy modules (torch, openai, vllm) load when its factory runs. Settings
-arrive checked (grpo/validation.py).
+arrive checked (grpo/cli/checks.py).
 """
 
 from __future__ import annotations

@@ -18,13 +18,16 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-Messages = list[dict[str, Any]]
+# a chat message ({"role": ..., "content": ...}) and a conversation: the one type every package
+# that handles conversations (envs, the rollout engine, the reward model, SFT) uses
+Message = dict[str, Any]
+Messages = list[Message]
 
 
 @dataclass(frozen=True)
 class Sampling:
     """How the model samples. temperature 0 means greedy decoding (no sampling, seed unused).
-    Built from checked settings (eval.* or trainer.*, grpo/validation.py)."""
+    Built from checked settings (eval.* or trainer.*, grpo/cli/checks.py)."""
 
     temperature: float = 1.0
     top_p: float = 1.0

@@ -17,7 +17,7 @@ active conversations of a turn go to vLLM in ONE call.
 
 Outside training (an evaluation before any training step), the factories build their own engine:
 a colocated `vllm.LLM` on the model's weights, or a client of the server. After training, an
-evaluation in the same process reuses the trainer's engine (registered by grpo.train with
+evaluation in the same process reuses the trainer's engine (registered by grpo/train/trainer.py with
 `use_trainer_engine`), whose weights are the trained ones.
 
 Importing this module is light: vllm and trl load when a backend is built.

@@ -8,8 +8,9 @@
     train.py        the `reward_model` stage: TRL's RewardTrainer, held-out accuracy per language
 
 The GRPO side (loading checkpoints, normalising, ensembles, TRL reward functions) is
-grpo/rewards/learned.py. This module is light: it holds the names shared by both sides and the
-checkpoint check the config rules (grpo/validation.py) call.
+grpo/rewards/learned.py. The files of a reward model dir are named in grpo/run/layout.py. This
+module is light: it holds what both sides share and the checkpoint check the config rules
+(grpo/cli/checks.py) call.
 """
 
 from __future__ import annotations
@@ -19,13 +20,7 @@ from pathlib import Path
 
 from grpo.config import LanguageConfig
 from grpo.errors import UserError
-
-# files of a trained reward model dir, next to the HF weights and tokenizer files
-META_FILE = "rm_meta.json"  # written last: a dir without it is not a complete checkpoint
-CALIBRATION_FILE = "rm_calibration.json"
-METRICS_FILE = "rm_metrics.json"
-TRAIN_PAIRS_FILE = "pairs_train.jsonl"
-HELDOUT_PAIRS_FILE = "pairs_heldout.jsonl"
+from grpo.run.layout import RM_META_FILE
 
 
 def run_languages(language: LanguageConfig) -> list[str]:
@@ -47,20 +42,12 @@ def check_checkpoint_dir(path: str | os.PathLike[str], field: str) -> Path:
         raise UserError(
             f"{field}={path} is a file; it must be a reward model dir (a reward_model stage's output)"
         )
-    if not (p / META_FILE).is_file():
+    if not (p / RM_META_FILE).is_file():
         raise UserError(
-            f"{field}={path} is not a complete reward model (no {META_FILE}): point it at a reward_model "
+            f"{field}={path} is not a complete reward model (no {RM_META_FILE}): point it at a reward_model "
             "stage's output, or train again if that stage was interrupted"
         )
     return p
 
 
-__all__ = [
-    "CALIBRATION_FILE",
-    "HELDOUT_PAIRS_FILE",
-    "META_FILE",
-    "METRICS_FILE",
-    "TRAIN_PAIRS_FILE",
-    "check_checkpoint_dir",
-    "run_languages",
-]
+__all__ = ["check_checkpoint_dir", "run_languages"]

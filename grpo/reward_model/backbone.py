@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,8 +39,9 @@ from typing import TYPE_CHECKING, Any
 from grpo.config import RewardModelBackboneConfig
 from grpo.errors import UserError
 from grpo.files import write_json_atomic
-from grpo.reward_model import CALIBRATION_FILE, META_FILE, check_checkpoint_dir
+from grpo.reward_model import check_checkpoint_dir
 from grpo.reward_model.data import PreferencePair, pair_texts
+from grpo.run.layout import RM_CALIBRATION_FILE, RM_META_FILE
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -78,14 +80,14 @@ class RMMeta:
     version: int = META_VERSION
 
     def save(self, out_dir: Path) -> Path:
-        return write_json_atomic(out_dir / META_FILE, asdict(self))
+        return write_json_atomic(out_dir / RM_META_FILE, asdict(self))
 
     @classmethod
     def load(cls, out_dir: Path) -> RMMeta:
-        data = json.loads((out_dir / META_FILE).read_text(encoding="utf-8"))
+        data = json.loads((out_dir / RM_META_FILE).read_text(encoding="utf-8"))
         if int(data.get("version", 0)) > META_VERSION:
             raise UserError(
-                f"{out_dir}/{META_FILE} was written by a newer grpo (format {data['version']}); upgrade grpo"
+                f"{out_dir}/{RM_META_FILE} was written by a newer grpo (format {data['version']}); upgrade grpo"
             )
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
@@ -279,10 +281,10 @@ def save_reward_model(
     rm_meta.json last: a dir is only used as a checkpoint once all of it is on disk."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / META_FILE).unlink(missing_ok=True)  # the dir is incomplete until the new meta lands
+    (out / RM_META_FILE).unlink(missing_ok=True)  # the dir is incomplete until the new meta lands
     inner_model(model).save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
-    calibration.save(out / CALIBRATION_FILE)
+    calibration.save(out / RM_CALIBRATION_FILE)
     meta.save(out)
     return out
 
@@ -298,18 +300,24 @@ class LoadedRewardModel:
     calibration: Calibration
 
 
+# reward model dir (resolved) -> how many times this process loaded it from disk
+LOADS: Counter[str] = Counter()
+
+
 def load_reward_model(
     path: str | os.PathLike[str], field_name: str = "reward_model.checkpoints", device: Any = None
 ) -> LoadedRewardModel:
-    """Load a reward model dir written by the reward_model stage; one-line UserError if unusable."""
+    """Load a reward model dir written by the reward_model stage; one-line UserError if unusable.
+    Each load is counted in LOADS (a run's rewards load each of its reward models once)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from grpo.reward_model.calibration import Calibration
 
     root = check_checkpoint_dir(path, field_name)
+    LOADS[str(root.resolve())] += 1
     try:
         meta = RMMeta.load(root)
-        calibration = Calibration.load(root / CALIBRATION_FILE)
+        calibration = Calibration.load(root / RM_CALIBRATION_FILE)
     except (OSError, ValueError, TypeError, KeyError) as ex:
         raise UserError(
             f"{field_name}={path}: unreadable reward model files ({ex}); train it again"

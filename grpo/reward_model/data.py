@@ -8,7 +8,7 @@ messages here, so the reward model renders every pair and every GRPO completion 
 
 Loading checks every line before anything trains and reports ALL bad rows (by file and line
 number: bad JSON, missing key, empty text, malformed messages, unknown language) in one UserError
-line, capped at jsonl_rows.MAX_REPORTED. Light module: no torch.
+line, capped at grpo.files.MAX_REPORTED. Light module: no torch.
 """
 
 from __future__ import annotations
@@ -19,11 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo.files import write_jsonl_atomic
-from grpo.jsonl_rows import UNKNOWN_LANGUAGE, read_rows
-
-Message = dict[str, str]
-Messages = list[Message]
+from grpo.files import UNKNOWN_LANGUAGE, read_rows, write_jsonl_atomic
+from grpo.generation.base import Messages
 
 FIELD = "reward_model.data.path"
 ROLES = ("system", "user", "assistant", "tool")

@@ -18,7 +18,9 @@ items swapped / dropped / duplicated, and how far the format degrades. Every rej
 checked with the environment's own rubric: it must score strictly below the chosen one (a
 corruption that happens to be harmless is redrawn), so no pair contradicts the ground truth.
 
-    python -m grpo.reward_model.synthetic data/prefs.jsonl +env=alphabet_sort \\
+The command that writes them to a JSONL file is grpo/cli/synthetic.py:
+
+    python -m grpo.cli.synthetic data/prefs.jsonl +env=alphabet_sort \\
         'reward_model.data.synthetic.languages=[en,sv]'
 """
 
@@ -26,15 +28,13 @@ from __future__ import annotations
 
 import random
 import re
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from grpo.config import GrpoConfig
 from grpo.errors import UserError
+from grpo.generation.base import Messages
 from grpo.reward_model.data import PreferencePair
-
-Messages = list[dict[str, str]]
 
 # redraws of a corruption that the rubric does not score below the reference
 MAX_ATTEMPTS = 8
@@ -242,7 +242,7 @@ def env_config(settings: GrpoConfig, name: str | None) -> dict[str, Any]:
         if settings.env is None:
             raise UserError("reward_model.data.synthetic.env: no environment; add +env=NAME or set it")
         return dict(settings.env)
-    from grpo.cli.preflight import compose, group_options
+    from grpo.compose import compose, group_options
 
     if name not in group_options("env"):
         raise UserError(
@@ -278,29 +278,7 @@ def pairs_from_config(settings: GrpoConfig) -> list[PreferencePair]:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m grpo.reward_model.synthetic OUT.jsonl [overrides]`: write synthetic pairs."""
-    from grpo.cli.preflight import check, fail
-    from grpo.reward_model.data import write_pairs
+if __name__ == "__main__":  # the command's older name; it lives in the front door now
+    from grpo.cli.synthetic import main
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0].startswith("-") or "=" in args[0]:
-        fail(
-            "usage: python -m grpo.reward_model.synthetic OUT.jsonl +env=NAME [reward_model.data.synthetic.KEY=VALUE ...]"
-        )
-    out, overrides = args[0], args[1:]
-    try:
-        pairs = pairs_from_config(check(overrides))
-        path = write_pairs(out, pairs)
-    except UserError as ex:
-        fail(str(ex))
-        return
-    by_language: dict[str, int] = {}
-    for pair in pairs:
-        by_language[pair.language] = by_language.get(pair.language, 0) + 1
-    counts = ", ".join(f"{code} {count}" for code, count in sorted(by_language.items()))
-    print(f"wrote {len(pairs)} preference pairs ({counts}) to {path}")
-
-
-if __name__ == "__main__":
     main()

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,6 @@ from typing import Any
 from grpo.config import GrpoConfig
 from grpo.errors import UserError
 from grpo.files import write_json_atomic
-from grpo.reward_model import HELDOUT_PAIRS_FILE, METRICS_FILE, TRAIN_PAIRS_FILE
 from grpo.reward_model.calibration import Calibration
 from grpo.reward_model.data import (
     PreferencePair,
@@ -43,9 +41,17 @@ from grpo.reward_model.data import (
     split_heldout,
     write_pairs,
 )
-from grpo.run.checkpoints import STAGE_CHECKPOINT_DIRS, marker_callback
 from grpo.run.distributed import barrier, is_main, print_main
-from grpo.run.interrupt import check_stopped, stop_callback
+from grpo.run.layout import (
+    HELDOUT_PAIRS_FILE,
+    RM_CALIBRATION_FILE,
+    RM_META_FILE,
+    RM_METRICS_FILE,
+    TRAIN_PAIRS_FILE,
+    RunLayout,
+)
+from grpo.tracking.base import NullTracker, Tracker, best_effort
+from grpo.trl_support import build_trl_config, make_trainer, run_trainer
 
 METRIC_PREFIX = "rm/"
 # RewardConfig fields the stage decides (reward_model.training.extra may not override them)
@@ -206,8 +212,6 @@ def reward_config(settings: GrpoConfig, output_dir: Path) -> Any:
     if fixed:
         raise UserError(f"reward_model.training.extra: {', '.join(fixed)} is set by the stage; remove it")
     kwargs.update(tr.extra)
-    from grpo.trl_support import build_trl_config
-
     return build_trl_config(RewardConfig, kwargs, "reward_model.training", "reward_model.training.extra")
 
 
@@ -227,36 +231,21 @@ def _collator(pad_token_id: int, with_language: bool) -> Any:
     return collate
 
 
-def _callbacks(tracker: Any) -> list[Any]:
+def _progress() -> Any:
+    """A TrainerCallback printing one compact line per logging step: step, loss, accuracy, margin."""
     from transformers import TrainerCallback
 
-    class RMLog(TrainerCallback):
-        """Training metrics to the tracker (rm/train/...) and one compact line per log."""
-
+    class RMProgress(TrainerCallback):
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-            if not logs or not state.is_world_process_zero:
+            if not logs or not state.is_world_process_zero or not isinstance(logs.get("loss"), (int, float)):
                 return
-            numbers = {
-                k: float(v)
-                for k, v in logs.items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool)
-            }
-            if tracker is not None and numbers:
-                try:
-                    tracker.log_metrics(
-                        {f"{METRIC_PREFIX}train/{k}": v for k, v in numbers.items()}, state.global_step
-                    )
-                except Exception as ex:  # noqa: BLE001 - tracking must not kill training
-                    print(f"[reward_model] warning: metrics not logged: {ex}", file=sys.stderr)
-            if "loss" in numbers:
-                parts = [f"step {state.global_step}/{state.max_steps}", f"loss {numbers['loss']:.4f}"]
-                if "accuracy" in numbers:
-                    parts.append(f"acc {numbers['accuracy']:.3f}")
-                if "margin" in numbers:
-                    parts.append(f"margin {numbers['margin']:.3f}")
-                print("[reward_model] " + " | ".join(parts), flush=True)
+            parts = [f"step {state.global_step}/{state.max_steps}", f"loss {logs['loss']:.4f}"]
+            for key, label in (("accuracy", "acc"), ("margin", "margin")):
+                if isinstance(logs.get(key), (int, float)):
+                    parts.append(f"{label} {logs[key]:.3f}")
+            print("[reward_model] " + " | ".join(parts), flush=True)
 
-    return [RMLog()]
+    return RMProgress()
 
 
 def _dataset(pairs: Sequence[PreferencePair], encoder: Any, heads: dict[str, int] | None) -> Any:
@@ -280,30 +269,82 @@ def _format_accuracy(metrics: PairMetrics) -> str:
     return ", ".join(f"{lang} {acc:.3f}" for lang, acc in metrics.accuracy.items())
 
 
-def _log(tracker: Any, metrics: dict[str, float], step: int) -> None:
-    if tracker is None:
-        return
-    try:
-        tracker.log_metrics(metrics, step)
-    except Exception as ex:  # noqa: BLE001
-        print(f"[reward_model] warning: metrics not logged: {ex}", file=sys.stderr)
-
-
 def train_reward_model(
     settings: GrpoConfig,
     out_dir: str | os.PathLike[str],
-    tracker: Any = None,
+    tracker: Tracker | None = None,
     resume_from: Path | None = None,
 ) -> RMResult:
     """Train the run's reward model into `out_dir` (see the module docstring); returns its metrics.
     `resume_from`: a checkpoint of an interrupted run's reward_model stage to continue from (Ctrl-C
-    / SIGTERM stop the stage at a step boundary with one, in <run_dir>/reward_model_checkpoints)."""
-    rm = settings.reward_model
+    / SIGTERM stop the stage at a step boundary with one, in <run_dir>/reward_model_checkpoints).
+    `tracker`: where its metrics and small files go."""
+    tracker = tracker or NullTracker()
     out = Path(out_dir)
     start = time.perf_counter()
+    train_pairs, heldout, languages = _split(settings, out)  # data errors before any model is built
+    model, tokenizer, encoder = _backbone(settings, languages, train_pairs)
+    rm = settings.reward_model
+    per_language = rm.conditioning.per_language_heads
+    scorer = PairScorer(model, encoder, languages, per_language, rm.training.score_batch_size)
+    initial = scorer.metrics(heldout)
+    print_main(
+        f"[reward_model] {len(train_pairs)} train / {len(heldout)} held-out pairs in {', '.join(languages)} | "
+        f"backbone {rm.backbone.name} ({rm.backbone.source}) | tag {bool(rm.conditioning.tag_token)}, "
+        f"per-language heads {per_language} | held-out accuracy at init: {_format_accuracy(initial)}",
+        flush=True,
+    )
+    with best_effort("reward_model", "metrics"):
+        tracker.log_metrics(initial.to_metrics(), 0)
 
-    pairs = load_data(settings)  # every data error surfaces here, before any model is built
-    train_pairs, heldout = split_heldout(pairs, rm.data.heldout_fraction, rm.data.seed)
+    from trl import RewardTrainer
+
+    checkpoints = RunLayout(out.parent).stage_checkpoints("reward_model")
+    heads = {lang: i for i, lang in enumerate(languages)} if per_language else None
+    trainer = make_trainer(
+        RewardTrainer,
+        "reward_model",
+        [_progress(), tracker.trainer_callback(f"{METRIC_PREFIX}train/")],
+        model=model,
+        args=reward_config(settings, checkpoints),
+        train_dataset=_dataset(train_pairs, encoder, heads),
+        processing_class=tokenizer,
+        data_collator=_collator(tokenizer.pad_token_id, per_language),
+    )
+    run_trainer(trainer, "reward_model", resume_from)
+    with contextlib.suppress(OSError):
+        checkpoints.rmdir()  # save_strategy=no: only an interrupted stage leaves a checkpoint there
+
+    scorer.model = trainer.model
+    final = scorer.metrics(heldout)
+    result = RMResult(
+        path=out,
+        languages=list(languages),
+        initial=initial,
+        final=final,
+        # the reference set: both completions of every held-out pair
+        calibration=Calibration.fit(final.chosen + final.rejected, [p.language for p in heldout] * 2),
+        global_step=int(trainer.state.global_step),
+        num_train_pairs=len(train_pairs),
+        num_heldout_pairs=len(heldout),
+        seconds=time.perf_counter() - start,
+        log_history=list(trainer.state.log_history),
+    )
+    _save(settings, result, trainer.model, tokenizer, encoder.tag_at_end, tracker)
+    print_main(
+        f"[reward_model] {result.global_step} steps in {result.seconds:.1f} s | held-out accuracy "
+        f"{final.overall_accuracy:.3f} ({_format_accuracy(final)}), loss {final.overall_loss:.4f} | saved to {out}",
+        flush=True,
+    )
+    return result
+
+
+def _split(settings: GrpoConfig, out: Path) -> tuple[list[PreferencePair], list[PreferencePair], list[str]]:
+    """The stage's pairs split per language into train and held-out (both written under `out`),
+    and their languages; a language without pairs on both sides is a UserError."""
+    data = settings.reward_model.data
+    pairs = load_data(settings)
+    train_pairs, heldout = split_heldout(pairs, data.heldout_fraction, data.seed)
     languages = languages_of(pairs)
     missing = sorted(set(languages) - set(languages_of(heldout)))
     if missing:
@@ -314,104 +355,56 @@ def train_reward_model(
     out.mkdir(parents=True, exist_ok=True)
     write_pairs(out / TRAIN_PAIRS_FILE, train_pairs)
     write_pairs(out / HELDOUT_PAIRS_FILE, heldout)
+    return train_pairs, heldout, languages
 
-    from transformers.trainer_callback import PrinterCallback
-    from trl import RewardTrainer
 
-    from grpo.reward_model.backbone import RMMeta, build_backbone, save_reward_model
+def _backbone(settings: GrpoConfig, languages: list[str], train_pairs: Sequence[PreferencePair]) -> tuple:
+    """(model, tokenizer, encoder): the backbone with the run's language conditioning, and the
+    encoder rendering pairs as the GRPO scorer will (grpo/reward_model/scoring.py)."""
+    from grpo.reward_model.backbone import build_backbone
     from grpo.reward_model.scoring import SequenceEncoder
 
+    rm = settings.reward_model
     cond = rm.conditioning
-    per_language = cond.per_language_heads
     model, tokenizer = build_backbone(
-        rm.backbone, languages, cond.tag_token, per_language, train_pairs=train_pairs
+        rm.backbone, languages, cond.tag_token, cond.per_language_heads, train_pairs=train_pairs
     )
     encoder = SequenceEncoder(tokenizer, rm.backbone.max_length, cond.tag_token, tag_at_end=True)
-    heads = {lang: i for i, lang in enumerate(languages)} if per_language else None
-    scorer = PairScorer(model, encoder, languages, per_language, rm.training.score_batch_size)
-    initial = scorer.metrics(heldout)
-    print_main(
-        f"[reward_model] {len(train_pairs)} train / {len(heldout)} held-out pairs in {', '.join(languages)} | "
-        f"backbone {rm.backbone.name} ({rm.backbone.source}) | tag {bool(cond.tag_token)}, "
-        f"per-language heads {per_language} | held-out accuracy at init: {_format_accuracy(initial)}",
-        flush=True,
-    )
-    _log(tracker, initial.to_metrics(), 0)
+    return model, tokenizer, encoder
 
-    checkpoints = out.parent / STAGE_CHECKPOINT_DIRS["reward_model"]
-    args = reward_config(settings, checkpoints)
-    trainer = RewardTrainer(
-        model=model,
-        args=args,
-        train_dataset=_dataset(train_pairs, encoder, heads),
-        processing_class=tokenizer,
-        data_collator=_collator(tokenizer.pad_token_id, per_language),
-        # a signal stops it at a step boundary with a checkpoint a resume continues from
-        callbacks=[*_callbacks(tracker), marker_callback(), stop_callback("reward_model")],
-    )
-    trainer.remove_callback(PrinterCallback)  # RMLog prints a compact line instead
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    check_stopped("reward_model")
-    model = trainer.model
-    with contextlib.suppress(OSError):
-        checkpoints.rmdir()  # save_strategy=no: only an interrupted stage leaves a checkpoint there
-    step = int(trainer.state.global_step)
 
-    scorer.model = model
-    final = scorer.metrics(heldout)
-    # the reference set: both completions of every held-out pair
-    calibration = Calibration.fit(final.chosen + final.rejected, [p.language for p in heldout] * 2)
+def _save(
+    settings: GrpoConfig, result: RMResult, model: Any, tokenizer: Any, tag_at_end: bool, tracker: Tracker
+) -> None:
+    """rm_metrics.json, then the model dir (rm_meta.json last) by rank 0, then the tracker's copy
+    of the metrics and small files."""
+    from grpo.reward_model.backbone import RMMeta, save_reward_model
+
+    rm, out = settings.reward_model, result.path
+    report = {
+        "languages": result.languages,
+        "num_train_pairs": result.num_train_pairs,
+        "num_heldout_pairs": result.num_heldout_pairs,
+        "global_step": result.global_step,
+        "seconds": result.seconds,
+        "initial": result.initial.to_json(),
+        "final": result.final.to_json(),
+    }
+    write_json_atomic(out / RM_METRICS_FILE, report)
     meta = RMMeta(
-        languages=list(languages),
-        tag_token=cond.tag_token,
-        per_language_heads=per_language,
+        languages=list(result.languages),
+        tag_token=rm.conditioning.tag_token,
+        per_language_heads=rm.conditioning.per_language_heads,
         max_length=rm.backbone.max_length,
-        tag_at_end=encoder.tag_at_end,
+        tag_at_end=tag_at_end,
         backbone={"name": rm.backbone.name, "source": rm.backbone.source, "path": rm.backbone.path},
     )
-    seconds = time.perf_counter() - start
-    report = {
-        "languages": languages,
-        "num_train_pairs": len(train_pairs),
-        "num_heldout_pairs": len(heldout),
-        "global_step": step,
-        "seconds": seconds,
-        "initial": initial.to_json(),
-        "final": final.to_json(),
-    }
-    write_json_atomic(out / METRICS_FILE, report)
     if is_main():  # one writer; every rank holds the same trained weights
-        save_reward_model(model, tokenizer, meta, calibration, out)
+        save_reward_model(model, tokenizer, meta, result.calibration, out)
     barrier()  # a later train stage on any rank loads it
-    _log(tracker, final.to_metrics(), step)
-    if tracker is not None:
-        _log_files(tracker, out)
-    print_main(
-        f"[reward_model] {step} steps in {seconds:.1f} s | held-out accuracy {final.overall_accuracy:.3f} "
-        f"({_format_accuracy(final)}), loss {final.overall_loss:.4f} | saved to {out}",
-        flush=True,
-    )
-    return RMResult(
-        path=out,
-        languages=list(languages),
-        initial=initial,
-        final=final,
-        calibration=calibration,
-        global_step=step,
-        num_train_pairs=len(train_pairs),
-        num_heldout_pairs=len(heldout),
-        seconds=seconds,
-        log_history=list(trainer.state.log_history),
-    )
-
-
-def _log_files(tracker: Any, out: Path) -> None:
-    """The RM's small files as artifacts (reward_model/...) and its dir as a tag; not the weights."""
-    from grpo.reward_model import CALIBRATION_FILE, META_FILE
-
-    try:
-        for name in (METRICS_FILE, CALIBRATION_FILE, META_FILE):
+    with best_effort("reward_model", "metrics"):
+        tracker.log_metrics(result.final.to_metrics(), result.global_step)
+    with best_effort("reward_model", "its files"):
+        for name in (RM_METRICS_FILE, RM_CALIBRATION_FILE, RM_META_FILE):  # the small files; not the weights
             tracker.log_artifact(out / name, "reward_model")
         tracker.log_tags({"grpo.reward_model.path": str(out.resolve())})
-    except Exception as ex:  # noqa: BLE001 - tracking must not lose a trained model
-        print(f"[reward_model] warning: files not logged to the tracker: {ex}", file=sys.stderr)

@@ -1,65 +1,83 @@
-"""Reward functions: the environment rubric adapter for TRL and the extra rewards a run adds.
+"""Reward functions: the environment rubric adapter for TRL and the rewards a run adds, built once.
+
+    rewards = build_rewards(settings, env, reward_model_checkpoints)   # once per run
+    rewards.training()      # GRPO's rewards: the rubric (x rubric_weight), extras, learned RMs
+    rewards.extra           # what evaluation adds to the env's rubric (language consistency)
+    rewards.learned         # a learned RM's scores: evaluation's score columns
+    rewards.language_score  # the wrong-language monitor's scorer (non-English runs)
 
 Every reward is a named, weighted `grpo.envs.rubric.RewardFunc`; training turns them into TRL
 reward functions with `rubric_reward_funcs`, evaluation scores with them directly, both under the
-one safe-reward policy of grpo/envs/rubric.py. Importing this package is light (no torch).
+one safe-reward policy of grpo/envs/rubric.py. A run's rewards are built once, after its
+reward_model stage when it has one (grpo/stages.py), and handed to every evaluation and to
+training: a learned reward model is loaded from disk once per run, and the language spec and
+identifier behind the consistency reward and the language monitor once.
+
+Importing this package is light (no torch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from grpo.envs.rubric import RewardFunc
-from grpo.rewards.consistency import consistency_reward_funcs
-from grpo.rewards.rubric import ROLLOUT_FIELDS, RubricReward, rubric_reward_funcs
+from grpo.errors import UserError
+from grpo.rewards.consistency import consistency_reward_funcs, language_monitor
+from grpo.rewards.rubric import RubricReward, rubric_reward_funcs
 
-__all__ = [
-    "ROLLOUT_FIELDS",
-    "RubricReward",
-    "all_reward_funcs",
-    "consistency_reward_funcs",
-    "extra_reward_funcs",
-    "rubric_reward_funcs",
-    "score_funcs",
-]
+__all__ = ["RubricReward", "RunRewards", "build_rewards", "rubric_reward_funcs"]
 
 
-def extra_reward_funcs(settings: Any, env: Any) -> list[RewardFunc]:
-    """The rewards a run adds to the environment's rubric: language consistency
-    (`language.consistency_weight` > 0, grpo/rewards/consistency.py). Learned reward models are
-    training rewards only (`all_reward_funcs`): evaluation's reward is the environment's own, and
-    it reports an RM's score as a column apart (`score_funcs`)."""
-    return consistency_reward_funcs(settings, env)
+@dataclass(frozen=True)
+class RunRewards:
+    """The reward functions of one run (see the module docstring)."""
+
+    # the environment's rubric functions with their weights times reward_model.rubric_weight
+    rubric: list[RewardFunc]
+    # what the run adds to the rubric: language consistency (language.consistency_weight > 0)
+    extra: list[RewardFunc] = field(default_factory=list)
+    # the learned reward model(s): members (weight 0, logged) and their combination; each fn is a
+    # batched TRL reward function. Empty with reward_model=rubric or while no RM exists yet
+    learned: list[RewardFunc] = field(default_factory=list)
+    # the wrong-language monitor's scorer for a non-English run (grpo/train/monitors.py)
+    language_score: Callable[..., float | None] | None = None
+    # reward_model.kind: anything but rubric makes training need `learned`
+    reward_model_kind: str = "rubric"
+
+    def training(self) -> list[RewardFunc]:
+        """GRPO's rewards: the rubric, the extras, then the learned reward model(s). A one-line
+        UserError when the run asks for a learned RM and none was given or trained."""
+        if self.reward_model_kind != "rubric" and not self.learned:
+            raise UserError(
+                f"reward_model={self.reward_model_kind}: reward_model.checkpoints is empty and no reward_model "
+                "stage ran before training: set reward_model.checkpoints=[DIR] or use stages=[reward_model,train]"
+            )
+        return [*self.rubric, *self.extra, *self.learned]
 
 
-def score_funcs(settings: Any, reward_model_checkpoints: Sequence[str] | None = None) -> list[RewardFunc]:
-    """The evaluator's score columns (grpo.evaluate, `score_funcs`): with a learned reward model
-    (reward_model.kind other than rubric), its normalised score per rollout (ensembles: each member
-    and the combination), unclipped and not counted in the evaluation reward, so that the RM and the
-    rubric can be compared per language. None with kind=rubric, or while no RM checkpoint exists
-    yet (`reward_model_checkpoints`, None: reward_model.checkpoints)."""
-    rm = settings.reward_model
-    paths = rm.checkpoints if reward_model_checkpoints is None else reward_model_checkpoints
-    if rm.kind == "rubric" or not paths:
-        return []
-    from grpo.rewards.learned import learned_reward_funcs
-
-    return learned_reward_funcs(settings, checkpoints=paths)
-
-
-def all_reward_funcs(
+def build_rewards(
     settings: Any, env: Any, reward_model_checkpoints: Sequence[str] | None = None
-) -> list[RewardFunc]:
-    """The training rewards: the environment's rubric functions (weights times
-    reward_model.rubric_weight), the run's extra rewards, then the learned reward model(s) scoring
-    with `reward_model_checkpoints` (None: reward_model.checkpoints; grpo.rewards.learned, their fn
-    is already a batched TRL reward function)."""
-    scale = float(settings.reward_model.rubric_weight)
-    funcs = [RewardFunc(f.name, f.fn, f.weight * scale) for f in env.rubric.funcs]
-    funcs += extra_reward_funcs(settings, env)
-    if settings.reward_model.kind != "rubric":
+) -> RunRewards:
+    """The run's rewards for `env` (see the module docstring). `reward_model_checkpoints`: the RM
+    dirs a learned reward scores with (None: reward_model.checkpoints); an RM is loaded here, and
+    only here."""
+    from grpo.languages.spec import spec_from_config
+
+    rm = settings.reward_model
+    spec = spec_from_config(settings.language)
+    scale = float(rm.rubric_weight)
+    paths = rm.checkpoints if reward_model_checkpoints is None else reward_model_checkpoints
+    learned: list[RewardFunc] = []
+    if rm.kind != "rubric" and paths:
         from grpo.rewards.learned import learned_reward_funcs
 
-        funcs += learned_reward_funcs(settings, checkpoints=reward_model_checkpoints)
-    return funcs
+        learned = learned_reward_funcs(settings, checkpoints=paths)
+    return RunRewards(
+        rubric=[RewardFunc(f.name, f.fn, f.weight * scale, f.binary) for f in env.rubric.funcs],
+        extra=consistency_reward_funcs(spec, env),
+        learned=learned,
+        language_score=language_monitor(spec, env),
+        reward_model_kind=str(rm.kind),
+    )

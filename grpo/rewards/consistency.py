@@ -15,7 +15,7 @@ from grpo.envs.parsers import assistant_turns
 from grpo.envs.rubric import RewardFunc
 from grpo.languages.consistency import language_consistency, strip_uncounted
 from grpo.languages.script import OTHER, SCRIPTS, words_re
-from grpo.languages.spec import MIX, LanguageSpec, get_spec, spec_from_config
+from grpo.languages.spec import MIX, LanguageSpec, get_spec
 
 REWARD_NAME = "language_consistency"
 # info keys whose (possibly nested) string lists are ignored: the row's names
@@ -24,22 +24,20 @@ INFO_IGNORE_KEYS = ("names", "turn_names", "ignore")
 _ANY_WORD = words_re((*SCRIPTS, OTHER))
 
 
-def consistency_reward_funcs(cfg: Any, env: Any) -> list[RewardFunc]:
-    """The reward when `language.consistency_weight` > 0 (else nothing), for the run's `language`
-    group (overrides included) and its environment `env`. Each rollout is scored in its row's
-    language (info["language"], which every environment row carries: the member language under
-    language=mix)."""
-    spec = spec_from_config(cfg.language)
+def consistency_reward_funcs(spec: LanguageSpec, env: Any) -> list[RewardFunc]:
+    """The reward when the run's language (`spec`, its `language` group with overrides:
+    grpo.languages.spec.spec_from_config) has consistency_weight > 0, else nothing, for its
+    environment `env`. Each rollout is scored in its row's language (info["language"], which every
+    environment row carries: the member language under language=mix)."""
     if spec.consistency_weight <= 0:
         return []
     return [make_consistency_reward(spec, ignore=env.format_tokens, tags=env.answer_tags)]
 
 
-def language_monitor(cfg: Any, env: Any) -> Callable[..., float | None] | None:
-    """The scorer of the wrong-language monitor (grpo/train_monitors.py) for a non-English run
-    (`make_consistency_scorer` in the run's language, leaving out what the reward leaves out);
-    None for an English run."""
-    spec = spec_from_config(cfg.language)
+def language_monitor(spec: LanguageSpec, env: Any) -> Callable[..., float | None] | None:
+    """The scorer of the wrong-language monitor (grpo/train/monitors.py) for a non-English run
+    (`make_consistency_scorer` in the run's language `spec`, leaving out what the reward leaves
+    out); None for an English run."""
     if spec.code == "en":
         return None
     return make_consistency_scorer(spec, ignore=env.format_tokens, tags=env.answer_tags)
@@ -77,7 +75,7 @@ def make_consistency_scorer(
     """fn(completion=, info=, language=) -> the reward's score of the assistant turns, or None when
     there is nothing to judge: no countable word once the names, `ignore` strings and `tags` blocks
     are left out (an alphabet-sort answer is all names), or no known row language. For monitoring
-    (grpo/train_monitors.py), where "no words" must not read as "wrong language"."""
+    (grpo/train/monitors.py), where "no words" must not read as "wrong language"."""
     fixed = tuple(ignore)
     tag_names = tuple(tags)
     _load_identifier(spec)

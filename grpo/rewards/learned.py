@@ -24,12 +24,12 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from grpo.envs.rubric import RewardFunc
+from grpo.envs.rubric import COMPLETION_FIELD, LANGUAGE_FIELD, RewardFunc
 from grpo.errors import UserError
+from grpo.rewards.rubric import log_per_language
 
 REWARD_NAME = "reward_model"
 MEMBER_PREFIX = "rm_"
-LANGUAGE_FIELD = "language"  # dataset column / rollout field with each completion's language
 
 
 def combine_scores(members: Sequence[Sequence[float | None]], how: str, k: float = 1.0) -> list[float | None]:
@@ -129,8 +129,6 @@ class LearnedReward:
         self._last: list[list[float | None]] = []
 
     def _inputs(self, prompts: Sequence[Any], completions: Sequence[Any], kwargs: dict[str, Any]) -> tuple:
-        from grpo.rewards.rubric import COMPLETION_FIELD
-
         # the real episode (assistant and environment turns) when our rollout function produced it
         episodes = kwargs.get(COMPLETION_FIELD)
         episodes = list(episodes) if episodes is not None else list(completions)
@@ -180,20 +178,8 @@ class LearnedRewardFunc:
             scores = self.source.combined(prompts, completions, **kwargs)
         else:
             scores = list(self.source.member_scores(prompts, completions, **kwargs)[self.member])
-        self._log_per_language(scores, kwargs.get(LANGUAGE_FIELD), kwargs.get("log_metric"))
+        log_per_language(self.__name__, scores, kwargs.get(LANGUAGE_FIELD), kwargs.get("log_metric"))
         return scores
-
-    def _log_per_language(self, scores: list[float | None], languages: Any, log_metric: Any) -> None:
-        """With several languages in the batch (language=mix), also log the mean per language
-        (TRL metric `rewards/<name>/<language>/mean`, as the rubric adapters do)."""
-        if log_metric is None or languages is None or len(set(languages)) < 2:
-            return
-        by_language: dict[str, list[float]] = {}
-        for value, language in zip(scores, languages, strict=True):
-            if value is not None:
-                by_language.setdefault(str(language), []).append(value)
-        for language, values in sorted(by_language.items()):
-            log_metric(f"rewards/{self.__name__}/{language}/mean", sum(values) / len(values))
 
 
 def learned_reward_funcs(

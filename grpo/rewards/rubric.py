@@ -3,7 +3,8 @@
 TRL calls every reward function once per batch with keyword lists, one entry per completion:
 `prompts`, `completions` (TRL's own decoding of the completion ids), and every dataset column and
 every extra field the rollout function returned. Our rollout function returns the real episode of
-each completion (the rollout's messages, state and the row's info, see `ROLLOUT_FIELDS`), so a
+each completion (the rollout's messages, state and the row's info: the field contract of
+grpo/envs/rubric.py), so a
 rubric function scores exactly what the environment saw, including the environment's turns of a
 multi-turn episode, and never TRL's flattened text.
 
@@ -24,13 +25,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from grpo.envs.rubric import RewardFunc, Rubric, score_reward
-
-# extra fields of the rollout function's output that the adapters read (per completion)
-COMPLETION_FIELD = "rollout_completion"  # the episode's messages after the prompt
-STATE_FIELD = "rollout_state"  # what env_response kept during the episode
-INFO_FIELD = "row_info"  # the row's ground truth
-ROLLOUT_FIELDS = (COMPLETION_FIELD, STATE_FIELD, INFO_FIELD)
+from grpo.envs.rubric import (
+    COMPLETION_FIELD,
+    INFO_FIELD,
+    LANGUAGE_FIELD,
+    STATE_FIELD,
+    RewardFunc,
+    Rubric,
+    score_reward,
+)
 
 
 class RubricReward:
@@ -66,20 +69,21 @@ class RubricReward:
                     state=states[i] if states is not None else {},
                 )
             )
-        self._log_per_language(rewards, kwargs.get("language"), kwargs.get("log_metric"))
+        log_per_language(self.func.name, rewards, kwargs.get(LANGUAGE_FIELD), kwargs.get("log_metric"))
         return rewards
 
-    def _log_per_language(self, rewards: list[float | None], languages: Any, log_metric: Any) -> None:
-        """With more than one language in the batch, also log this function's mean per language
-        (TRL metric `rewards/<name>/<language>/mean`)."""
-        if log_metric is None or languages is None or len(set(languages)) < 2:
-            return
-        by_language: dict[str, list[float]] = {}
-        for value, language in zip(rewards, languages, strict=True):
-            if value is not None:
-                by_language.setdefault(str(language), []).append(value)
-        for language, values in sorted(by_language.items()):
-            log_metric(f"rewards/{self.func.name}/{language}/mean", sum(values) / len(values))
+
+def log_per_language(name: str, scores: Sequence[float | None], languages: Any, log_metric: Any) -> None:
+    """With more than one language in the batch (language=mix), also log reward function `name`'s
+    mean per language through TRL's `log_metric` (TRL metric `rewards/<name>/<language>/mean`)."""
+    if log_metric is None or languages is None or len(set(languages)) < 2:
+        return
+    by_language: dict[str, list[float]] = {}
+    for value, language in zip(scores, languages, strict=True):
+        if value is not None:
+            by_language.setdefault(str(language), []).append(value)
+    for language, values in sorted(by_language.items()):
+        log_metric(f"rewards/{name}/{language}/mean", sum(values) / len(values))
 
 
 def _as_messages(completion: Any) -> list[dict[str, Any]]:

@@ -20,15 +20,8 @@ from typing import Any
 
 from grpo.errors import UserError
 from grpo.files import write_json_atomic
+from grpo.run.layout import CHECKPOINTS_DIR
 
-CHECKPOINTS_DIR = "checkpoints"
-# where each training stage's trainer checkpoints go, under the run dir (SFT and the reward model
-# write one only when interrupted: their finished model is their own dir, sft/ and reward_model/)
-STAGE_CHECKPOINT_DIRS = {
-    "train": CHECKPOINTS_DIR,
-    "sft": "sft_checkpoints",
-    "reward_model": "reward_model_checkpoints",
-}
 CHECKPOINT_PREFIX = "checkpoint-"
 # written last into a checkpoint dir, once everything else is on disk
 COMPLETE_MARKER = "grpo_checkpoint_complete.json"
@@ -39,17 +32,6 @@ WEIGHT_FILES = (
     "model.safetensors.index.json",
     "adapter_model.safetensors",
     "pytorch_model.bin",
-)
-# settings that fix the data order and the batches: a resumed run should keep them
-RESUME_KEYS = (
-    "trainer.num_generations",
-    "trainer.per_device_batch_completions",
-    "trainer.gradient_accumulation_steps",
-    "trainer.num_iterations",
-    "trainer.seed",
-    "env._target_",
-    "env.seed",
-    "env.num_train_examples",
 )
 
 
@@ -186,31 +168,3 @@ def best_checkpoint(run_dir: str | os.PathLike[str]) -> BestCheckpoint | None:
     if not is_complete_checkpoint(path):
         return None
     return BestCheckpoint(path, int(record["global_step"]), float(record["val_reward"]))
-
-
-def _select(tree: Any, key: str) -> Any:
-    for part in key.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return None
-        tree = tree[part]
-    return tree
-
-
-def resume_drift(settings: Any, run_dir: str | os.PathLike[str]) -> list[str]:
-    """`key: before -> now` for every RESUME_KEYS setting that differs from the resumed run's
-    own config (<run_dir>/.hydra/config.yaml, written by Hydra); empty when it cannot be read."""
-    from omegaconf import OmegaConf
-
-    saved = Path(run_dir).expanduser() / ".hydra" / "config.yaml"
-    try:
-        before = OmegaConf.load(saved)
-    except Exception:  # no saved config, or one that no longer parses: nothing to compare
-        return []
-    now = dataclasses.asdict(settings)
-    drift = []
-    for key in RESUME_KEYS:
-        old = OmegaConf.select(before, key, default=None, throw_on_resolution_failure=False)
-        new = _select(now, key)
-        if old is not None and old != new:
-            drift.append(f"{key}: {old} -> {new}")
-    return drift

@@ -10,7 +10,7 @@ module reads the environment only (no torch import), so the entry point can use 
   `<output_root>/.rendezvous/<launch id>.json`; the other ranks wait for that file and run with
   `hydra.run.dir=<it>`, without writing Hydra's files or log there (`follower_overrides`). With
   several machines, output_root must be a shared file system (the checkpoints need one anyway).
-- Side effects on rank 0 only: the MLflow run (grpo/tracking), evaluations, plots, markers and
+- Side effects on rank 0 only: the MLflow run (grpo/tracking/), evaluations, plots, markers and
   console lines. The other ranks train and exit.
 - A submitit job of several tasks (SLURM, +launcher=slurm_multigpu): `adopt_submitit_tasks` exports
   the same variables from SLURM's, so each task is one rank of the job's own run dir.
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from grpo.errors import UserError
 from grpo.files import write_json_atomic
+from grpo.run.layout import RENDEZVOUS_DIR
 
-RENDEZVOUS_DIR = ".rendezvous"
 # how long the other ranks wait for rank 0 to publish the run dir
 RENDEZVOUS_TIMEOUT_S = 600.0
 
@@ -102,10 +102,12 @@ def adopt_submitit_tasks() -> None:
     if "SUBMITIT_EXECUTOR" not in os.environ or "RANK" in os.environ:
         return
     import submitit
+    import torch
 
     env = submitit.JobEnvironment()
     if env.num_tasks > 1:
-        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=_has_cuda())
+        cuda = torch.cuda.is_available()
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=cuda)
 
 
 def _group() -> bool:
@@ -143,12 +145,6 @@ def any_rank(flag: bool) -> bool:
     value = torch.tensor([1 if flag else 0], device=device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def close_group() -> None:

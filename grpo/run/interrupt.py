@@ -7,7 +7,7 @@
         check_stopped("train")                     # raises Interrupted after a graceful stop
 
 The first SIGINT or SIGTERM while a trainer runs only sets `stop.signum`: the trainer finishes its
-current step, saves a checkpoint (marked complete as any other, grpo/checkpoints.py), and the stage
+current step, saves a checkpoint (marked complete as any other, grpo/run/checkpoints.py), and the stage
 raises `Interrupted` (with the step) when `trainer.train()` returns. Outside a trainer (loading,
 evaluation) there is no step to finish, so the first signal raises `Interrupted` at once. A second
 signal always raises at once: a save it cuts short never gets its completion marker, so the latest
@@ -131,7 +131,7 @@ def stop_callback(stage: str) -> Any:
             if stop is None:
                 return
             stop.step = state.global_step
-            # every rank stops at the same step when any one got the signal (grpo/distributed.py)
+            # every rank stops at the same step when any one got the signal (grpo/run/distributed.py)
             if any_rank(stop.signum is not None) and stop.signum is None:
                 stop.signum = signal.SIGTERM
             if stop.signum is not None and state.global_step < state.max_steps:

@@ -15,7 +15,7 @@ Every JSONL row is checked before anything loads; bad rows (bad JSON, not an obj
 empty messages, a message that is not {role, content} strings, an unknown role, empty content, no
 assistant message, an assistant message first or right after another one, an unknown language)
 are reported together in one UserError line with their file and line numbers
-(grpo/jsonl_rows.py). Light module: no torch.
+(grpo/files.py). Light module: no torch.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 from grpo.config import GrpoConfig
 from grpo.envs.base import Environment, Messages, Row
-from grpo.jsonl_rows import UNKNOWN_LANGUAGE, read_rows
+from grpo.files import UNKNOWN_LANGUAGE, read_rows
 
 FIELD = "sft.data_path"
 ROLES = ("system", "user", "assistant", "tool")

@@ -16,8 +16,8 @@ before TRL sees them.
 Saving: the model, the tokenizer (chat template included) and sft_meta.json, written last, go to
 <run_dir>/sft.partial; every file is fsynced and the dir is renamed to <run_dir>/sft. A dir named
 sft is always complete; an error before the rename removes the partial dir. Ctrl-C / SIGTERM
-stop at a step boundary with a trainer checkpoint in <run_dir>/sft_checkpoints (grpo/interrupt.py);
-`resume=<run_dir>` continues the SFT from it (grpo/resume.py). The trained
+stop at a step boundary with a trainer checkpoint in <run_dir>/sft_checkpoints (grpo/run/interrupt.py);
+`resume=<run_dir>` continues the SFT from it (grpo/run/resume.py). The trained
 model's config then names <run_dir>/sft, so GRPO's reference model (beta > 0 without LoRA) and a
 colocated vLLM engine load the SFT weights, and a later run loads them with
 `model.source=pretrained model.path=<run_dir>/sft`.
@@ -34,7 +34,6 @@ import dataclasses
 import math
 import os
 import shutil
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,12 +44,13 @@ from grpo.config import GrpoConfig
 from grpo.envs.base import Environment
 from grpo.errors import UserError
 from grpo.files import replace_dir, write_json_atomic
-from grpo.run.checkpoints import STAGE_CHECKPOINT_DIRS, marker_callback
 from grpo.run.distributed import print_main
-from grpo.run.interrupt import check_stopped, stop_callback
-from grpo.sft import META_FILE, METRIC_PREFIX
+from grpo.run.layout import SFT_META_FILE, RunLayout
+from grpo.sft import METRIC_PREFIX
 from grpo.sft.data import Demonstration, load_demonstrations
 from grpo.sft.replay import Example, build_examples
+from grpo.tracking.base import NullTracker, Tracker, best_effort
+from grpo.trl_support import build_trl_config, has_cuda, make_trainer, point_model_at, run_trainer
 
 # SFTConfig fields the stage decides (sft.extra may not override them)
 _FIXED_ARGS = (
@@ -86,8 +86,6 @@ def sft_config(settings: GrpoConfig, output_dir: Path) -> Any:
     """trl.SFTConfig of the stage; TRL's own rejections become one-line UserErrors."""
     from trl import SFTConfig
 
-    from grpo.trl_support import build_trl_config
-
     f = settings.sft
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
@@ -115,19 +113,13 @@ def sft_config(settings: GrpoConfig, output_dir: Path) -> Any:
         "activation_checkpointing": False,
         "disable_tqdm": True,  # one compact line per log instead
         "dataloader_num_workers": 0,
-        "dataloader_pin_memory": _has_cuda(),
+        "dataloader_pin_memory": has_cuda(),
     }
     fixed = sorted(k for k in f.extra if k in _FIXED_ARGS)
     if fixed:
         raise UserError(f"sft.extra: {', '.join(fixed)} is set by the stage; remove it")
     kwargs.update(f.extra)
     return build_trl_config(SFTConfig, kwargs, "sft", "sft.extra")
-
-
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def sft_dataset(examples: Sequence[Example]) -> Any:
@@ -142,14 +134,11 @@ def sft_dataset(examples: Sequence[Example]) -> Any:
     )
 
 
-def _callbacks(tracker: Any) -> list[Any]:
+def _progress() -> Any:
+    """A TrainerCallback printing one line per logging step: step, loss, token accuracy, speed."""
     from transformers import TrainerCallback
 
-    from grpo.tracking.trainer_callback import TRAIN_PREFIX, MlflowStepCallback
-
     class SftProgress(TrainerCallback):
-        """One line per logging step: step, loss, token accuracy, speed."""
-
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.start = time.perf_counter()
 
@@ -163,15 +152,7 @@ def _callbacks(tracker: Any) -> list[Any]:
                 parts.append(f"{(time.perf_counter() - self.start) / state.global_step:.2f} s/step")
             print("[sft] " + " | ".join(parts), flush=True)
 
-    callbacks: list[Any] = [SftProgress()]
-    if tracker is not None:
-
-        def log_metrics(metrics: Any, step: int) -> None:
-            # train/<name> as the GRPO callback names them -> sft/<name>
-            tracker.log_metrics({METRIC_PREFIX + k[len(TRAIN_PREFIX) :]: v for k, v in metrics.items()}, step)
-
-        callbacks.append(MlflowStepCallback(log_metrics))
-    return callbacks
+    return SftProgress()
 
 
 def build_sft_trainer(
@@ -180,31 +161,28 @@ def build_sft_trainer(
     tokenizer: Any,
     examples: Sequence[Example],
     output_dir: Path,
-    tracker: Any = None,
+    tracker: Tracker | None = None,
 ) -> Any:
-    """TRL's SFTTrainer on `examples` (its train_dataset holds the labels it trains on)."""
-    from transformers.trainer_callback import PrinterCallback
+    """TRL's SFTTrainer on `examples` (its train_dataset holds the labels it trains on); its
+    metrics go to `tracker` as sft/<name>."""
     from trl import SFTTrainer
 
-    from grpo.fused_head import score_labelled_positions_on_cpu
-
-    score_labelled_positions_on_cpu()  # the loss head skips user and environment positions on CPU too
+    tracker = tracker or NullTracker()
     peft_config = None
     if settings.sft.lora:
         from grpo.models import lora_config
 
         peft_config = lora_config(dataclasses.replace(settings.model.lora, enabled=True))
-    trainer = SFTTrainer(
+    return make_trainer(
+        SFTTrainer,
+        "sft",
+        [_progress(), tracker.trainer_callback(METRIC_PREFIX)],
         model=model,
         args=sft_config(settings, output_dir),
         train_dataset=sft_dataset(examples),
         processing_class=tokenizer,
         peft_config=peft_config,
-        # a signal stops it at a step boundary with a checkpoint a resume continues from
-        callbacks=[*_callbacks(tracker), marker_callback(), stop_callback("sft")],
     )
-    trainer.remove_callback(PrinterCallback)  # SftProgress prints a compact line instead
-    return trainer
 
 
 def prepare_examples(
@@ -225,13 +203,16 @@ def train_sft(
     *,
     model: Any = None,
     tokenizer: Any = None,
-    tracker: Any = None,
+    tracker: Tracker | None = None,
     resume_from: Path | None = None,
 ) -> SftResult:
     """Fine-tune the policy on the stage's demonstrations and save it to `out_dir` (see the module
     docstring). `model` / `tokenizer`: the run's policy if already loaded, else settings.model's.
-    `resume_from`: an SFT checkpoint of an interrupted run to continue from."""
+    `tracker`: where its metrics and sft_meta.json go. `resume_from`: an SFT checkpoint of an
+    interrupted run to continue from. The trainer's checkpoints go to the run folder (the parent
+    of `out_dir`), sft_checkpoints/."""
     start = time.perf_counter()
+    tracker = tracker or NullTracker()
     demos = load_demonstrations(settings, env)  # every data error surfaces here, before any model
     if model is None or tokenizer is None:
         from grpo.models import load_policy
@@ -243,10 +224,9 @@ def train_sft(
     print_main(f"[sft] {_header(settings, env, examples)}", flush=True)  # rank 0 only
     try:
         with _quiet_progress_bars():
-            checkpoints = out.parent / STAGE_CHECKPOINT_DIRS["sft"]
+            checkpoints = RunLayout(out.parent).stage_checkpoints("sft")
             trainer = build_sft_trainer(settings, model, tokenizer, examples, checkpoints, tracker)
-            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-        check_stopped("sft")
+            run_trainer(trainer, "sft", resume_from)
         model = trainer.model
         if settings.sft.lora:
             model = model.merge_and_unload()  # a plain model: what model.path loads and GRPO wraps
@@ -276,13 +256,11 @@ def train_sft(
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # nothing half-written is left behind
         raise
-    # GRPO's reference copy (config._name_or_path) and a colocated vLLM engine (name_or_path) load
-    # the policy from its path: the SFT weights now
-    model.config._name_or_path = str(out)
-    model.name_or_path = str(out)
+    point_model_at(model, out)  # GRPO's reference copy and a colocated vLLM engine: the SFT weights
     if main:
-        if tracker is not None:
-            _log_files(tracker, out)
+        with best_effort("sft", "sft_meta.json"):
+            tracker.log_artifact(out / SFT_META_FILE, "sft")  # the small file; not the weights
+            tracker.log_tags({"grpo.sft.path": str(out)})
         loss, accuracy = metrics.get("loss", math.nan), metrics.get("mean_token_accuracy", math.nan)
         print_main(
             f"[sft] {step} steps in {seconds:.1f} s | loss {loss:.4f} | token accuracy {accuracy:.3f} | "
@@ -337,21 +315,12 @@ def _last_metrics(history: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 def save_sft_model(model: Any, tokenizer: Any, meta: dict[str, Any], out: Path) -> Path:
     """Write the model dir next to `out` as <out>.partial (weights, config, tokenizer with its chat
-    template, then META_FILE last, every file fsynced) and rename it to `out`, replacing an
+    template, then SFT_META_FILE last, every file fsynced) and rename it to `out`, replacing an
     older one: a dir named `out` is never half-written."""
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
     shutil.rmtree(partial, ignore_errors=True)  # the trainer's empty output dir, or a crashed save
     model.save_pretrained(str(partial))
     tokenizer.save_pretrained(str(partial))
     files = sorted(str(p.relative_to(partial)) for p in partial.rglob("*") if p.is_file())
-    write_json_atomic(partial / META_FILE, {**meta, "files": files})
+    write_json_atomic(partial / SFT_META_FILE, {**meta, "files": files})
     return replace_dir(partial, out)
-
-
-def _log_files(tracker: Any, out: Path) -> None:
-    """sft_meta.json as an artifact (sft/...) and the model dir as a tag; not the weights."""
-    try:
-        tracker.log_artifact(out / META_FILE, "sft")
-        tracker.log_tags({"grpo.sft.path": str(out)})
-    except Exception as ex:  # noqa: BLE001 - tracking must not lose a trained model
-        print(f"[sft] warning: files not logged to the tracker: {ex}", file=sys.stderr)

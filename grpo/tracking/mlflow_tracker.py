@@ -28,7 +28,9 @@ from typing import Any
 
 from grpo.config import GrpoConfig
 from grpo.files import read_jsonl, write_json_atomic
+from grpo.run.layout import RunLayout
 from grpo.tracking import params as P
+from grpo.tracking.base import Tracker
 from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
 from grpo.tracking.store import (
     artifact_location,
@@ -43,7 +45,6 @@ from grpo.tracking.store import (
 
 log = logging.getLogger(__name__)
 
-RUN_FILE = "mlflow_run.json"
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 EVAL_PREFIX = "eval/"
@@ -57,7 +58,7 @@ TOTAL_BAR = "(total)"
 _LABEL_ORDER = ("baseline", "eval", "final", "best")
 
 
-class MlflowTracker:
+class MlflowTracker(Tracker):
     """Logs one run (a single run, a sweep job, or a resumed run) to an MLflow store."""
 
     def __init__(self, settings: GrpoConfig, run_dir: Path) -> None:
@@ -117,7 +118,7 @@ class MlflowTracker:
         status = _status(exc)
         try:
             step = getattr(exc, "step", None)
-            if isinstance(exc, KeyboardInterrupt) and step is not None:  # grpo.interrupt.Interrupted
+            if isinstance(exc, KeyboardInterrupt) and step is not None:  # grpo.run.interrupt.Interrupted
                 tags = {"interrupted_at_step": step, "interrupted_by": str(exc).split()[0]}
                 self._log_tags({f"{P.TAG_PREFIX}{k}": str(v) for k, v in tags.items()})
             elif status != "FINISHED" and exc is not None:
@@ -174,7 +175,7 @@ class MlflowTracker:
         self._last_step = max(self._last_step, int(step))
 
     def log_eval(self, label: str, result: Any, step: int = 0) -> None:
-        """An evaluation (grpo.evaluate.EvalResult): metrics eval/<label>/..., its results.jsonl and
+        """An evaluation (grpo.evaluation.summary.EvalResult): metrics eval/<label>/..., its results.jsonl and
         metadata.json under eval/<label>/, and a table of sample completions with their rewards."""
         self.log_metrics(result.to_metrics(prefix=f"{EVAL_PREFIX}{label}/"), step)
         for path in (result.results_path, result.metadata_path):
@@ -206,10 +207,8 @@ class MlflowTracker:
         import pandas as pd
         from mlflow.entities import DatasetInput, InputTag
 
-        from grpo.evaluation.dataset import eval_input_rows
-
         task = result.task or str((self.settings.env or {}).get("name", ""))
-        rows = eval_input_rows(list(read_jsonl(result.results_path)), task)
+        rows = result.input_rows()
         source = result.dataset_path or result.results_path
         with warnings.catch_warnings():
             # a local path matches two equivalent MLflow source kinds; example ids are never missing
@@ -238,12 +237,6 @@ class MlflowTracker:
 
     def log_tags(self, tags: Mapping[str, Any]) -> None:
         self._log_tags({k: P.tag_value(v) for k, v in tags.items()})
-
-    def trainer_callback(self) -> Any:
-        """A transformers TrainerCallback logging TRL's training metrics at step=global_step."""
-        from grpo.tracking.trainer_callback import MlflowStepCallback
-
-        return MlflowStepCallback(self.log_metrics)
 
     def finish_run(self, objective: float | None) -> None:
         """Record the run's objective (the last evaluation's mean reward, what a sweeper optimises)."""
@@ -318,9 +311,9 @@ class MlflowTracker:
             return None
         from hydra.utils import to_absolute_path
 
-        path = Path(to_absolute_path(str(resume))) / RUN_FILE
+        path = RunLayout(to_absolute_path(str(resume))).mlflow_run
         if not path.is_file():
-            log.warning("resume: %s has no %s; logging to a new MLflow run", path.parent, RUN_FILE)
+            log.warning("resume: %s has no %s; logging to a new MLflow run", path.parent, path.name)
             return None
         recorded = json.loads(path.read_text(encoding="utf-8"))
         if recorded.get("tracking_uri") != self.uri:
@@ -389,7 +382,7 @@ class MlflowTracker:
 
     def _write_run_file(self) -> None:
         record = {"run_id": self.run_id, "experiment_id": self.experiment_id, "tracking_uri": self.uri}
-        write_json_atomic(self.run_dir / RUN_FILE, record)
+        write_json_atomic(RunLayout(self.run_dir).mlflow_run, record)
 
     def _title(self) -> str:
         run = with_retry(self.client.get_run, self.run_id)

@@ -32,8 +32,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-# the adapter-free base of a LoRA policy whose base was built in memory, under the run dir
-LORA_BASE_DIR = "lora_base"
+from grpo.run.layout import RM_CALIBRATION_FILE, RM_META_FILE, RunLayout
+
 POLICY_NAME = "policy"
 REWARD_MODEL_NAME = "reward_model"
 REWARD_MODEL_SUFFIX = "-reward-model"
@@ -89,7 +89,7 @@ def lora_base_path(model: Any, model_path: str | None, run_dir: Path) -> str | N
         return str(Path(model_path).resolve())
     if model_path:
         return None
-    out = Path(run_dir) / LORA_BASE_DIR
+    out = RunLayout(run_dir).lora_base
     if not (out / "config.json").is_file():
         # unload() removes the adapter layers without merging them: the weights the adapter sits on
         copy.deepcopy(model).unload().save_pretrained(str(out))
@@ -132,10 +132,8 @@ def log_reward_model(uri: str, experiment_id: str, run_id: str, rm_dir: Path, re
     """Log the reward model dir to run `run_id` (see the module docstring); returns its ModelInfo."""
     import mlflow
 
-    from grpo.reward_model import CALIBRATION_FILE, META_FILE
-
     metadata = {}
-    for key, name in (("calibration", CALIBRATION_FILE), ("reward_model", META_FILE)):
+    for key, name in (("calibration", RM_CALIBRATION_FILE), ("reward_model", RM_META_FILE)):
         path = Path(rm_dir) / name
         if path.is_file():
             metadata[key] = json.loads(path.read_text(encoding="utf-8"))

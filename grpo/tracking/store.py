@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from grpo.errors import UserError
+from grpo.run.layout import output_root
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -52,19 +53,17 @@ def quiet_mlflow() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def output_root(settings: GrpoConfig) -> Path:
-    """The absolute output root: relative paths are taken from the directory the command ran in."""
-    from hydra.utils import to_absolute_path
-
-    return Path(to_absolute_path(settings.output_root))
-
-
 def tracking_uri(settings: GrpoConfig) -> str:
     """tracking.uri, else $MLFLOW_TRACKING_URI, else the SQLite file under the output root."""
     uri = settings.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
-        return f"sqlite:///{output_root(settings) / DB_FILE}"
+        return default_uri(output_root(settings))
     return check_uri(uri, field="tracking.uri")
+
+
+def default_uri(root: Path) -> str:
+    """The SQLite store a run under output root `root` logs to without tracking.uri."""
+    return f"sqlite:///{Path(root) / DB_FILE}"
 
 
 def check_uri(uri: str, field: str) -> str:

@@ -45,7 +45,7 @@ class SweepCallback(Callback):
         self._closed = False
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from grpo.tracking.store import output_root
+        from grpo.run.layout import output_root
 
         settings = to_settings(config)
         output_root(settings).mkdir(parents=True, exist_ok=True)
@@ -67,10 +67,11 @@ class SweepCallback(Callback):
             or OmegaConf.select(job_return.cfg, "tracking.backend") != "mlflow"
         ):
             return
-        from grpo.tracking.mlflow_tracker import RUN_FILE, MlflowTracker
+        from grpo.run.layout import RunLayout
+        from grpo.tracking.mlflow_tracker import MlflowTracker
 
         run_dir = Path(str(config.hydra.runtime.output_dir))
-        if (run_dir / RUN_FILE).is_file():
+        if RunLayout(run_dir).mlflow_run.is_file():
             return  # the job's own tracker opened (and closed) its run
         try:
             settings = to_settings(job_return.cfg)
@@ -99,13 +100,13 @@ class SweepCallback(Callback):
     def _start_parent(self, config: DictConfig, settings: GrpoConfig) -> None:
         from hydra.utils import to_absolute_path
 
+        from grpo.run.layout import output_root
         from grpo.tracking.store import (
             artifact_location,
             experiment_name,
             experiment_url,
             get_or_create_experiment,
             make_client,
-            output_root,
             tracking_uri,
             with_retry,
         )

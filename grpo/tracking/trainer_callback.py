@@ -1,9 +1,10 @@
-"""A transformers TrainerCallback that sends every training log line to the run at step=global_step.
+"""A transformers TrainerCallback that sends every training log line to the tracker at step=global_step.
 
 TRL's GRPOTrainer logs, per logging step: reward, reward_std, rewards/<fn>/mean|std, kl, entropy,
-loss, grad_norm, learning_rate, completions/mean_length ..., clip_ratio/... They land under
-`train/` (`train/reward`, `train/rewards/<fn>/mean`), apart from the `eval/` metrics of the evaluator.
-The end-of-training summary (train_runtime, train_loss, ...) goes to `train/summary/<name>`.
+loss, grad_norm, learning_rate, completions/mean_length ..., clip_ratio/... They land under the
+stage's prefix: `train/` for GRPO (`train/reward`, `train/rewards/<fn>/mean`), apart from the
+`eval/` metrics of the evaluator; `sft/` for the SFT warm start; `rm/train/` for the reward model.
+The end-of-training summary (train_runtime, train_loss, ...) goes to `<prefix>summary/<name>`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 log = logging.getLogger(__name__)
 
-TRAIN_PREFIX = "train/"
 _SUMMARY_PREFIX = "train_"
 
 
-def train_metrics(logs: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric entries of a Trainer log line, renamed under train/ (None / text skipped)."""
+def train_metrics(logs: Mapping[str, Any], prefix: str) -> dict[str, float]:
+    """The numeric entries of a Trainer log line, renamed under `prefix` (None / text skipped)."""
     metrics: dict[str, float] = {}
     for key, value in logs.items():
         if isinstance(value, bool) or not isinstance(value, Real):
@@ -31,16 +31,17 @@ def train_metrics(logs: Mapping[str, Any]) -> dict[str, float]:
             else:
                 continue
         name = f"summary/{key[len(_SUMMARY_PREFIX) :]}" if key.startswith(_SUMMARY_PREFIX) else key
-        metrics[f"{TRAIN_PREFIX}{name}"] = float(value)
+        metrics[f"{prefix}{name}"] = float(value)
     return metrics
 
 
-class MlflowStepCallback(TrainerCallback):
-    """Forwards `on_log` to `log_metrics(metrics, step)`. A store that stays unreachable after the
-    tracker's retries costs metrics (with a warning), never the training run."""
+class MetricsCallback(TrainerCallback):
+    """Forwards `on_log` to `log_metrics(metrics, step)`, names under `prefix`. A store that stays
+    unreachable after the tracker's retries costs metrics (with a warning), never the training run."""
 
-    def __init__(self, log_metrics: Callable[[Mapping[str, float], int], None]) -> None:
+    def __init__(self, log_metrics: Callable[[Mapping[str, float], int], None], prefix: str) -> None:
         self._log_metrics = log_metrics
+        self.prefix = prefix
         self._warned = False
 
     def on_log(
@@ -53,7 +54,7 @@ class MlflowStepCallback(TrainerCallback):
     ) -> None:
         if not logs or not state.is_world_process_zero:
             return
-        metrics = train_metrics(logs)
+        metrics = train_metrics(logs, self.prefix)
         if not metrics:
             return
         try:

@@ -1,11 +1,12 @@
-"""Validation during GRPO training, and the best checkpoint kept (trainer.eval_steps, trainer.keep_best).
+"""Held-out evaluation during GRPO training (validation), and the best checkpoint kept
+(trainer.eval_steps, trainer.keep_best).
 
-Every trainer.eval_steps optimizer steps, `ValidationCallback` runs the evaluator
-(grpo.evaluate.evaluate_rows: the rollouts, scoring and statistics of the final evaluation) with the
+Every trainer.eval_steps optimizer steps, `HeldoutEvaluation` runs the evaluator
+(grpo.evaluation.evaluator.evaluate_rows: the rollouts, scoring and statistics of the final evaluation) with the
 trainer's current policy on a fixed held-out subset: the LAST trainer.val_num_examples rows of the
 env's eval split, each rolled out trainer.val_rollouts_per_example times, sampled as eval.* says
 (temperature, top_p, seed). The final evaluation takes the FIRST eval.num_examples rows, so the two
-share no row when the split holds both (grpo/validation.py checks it when the env config gives
+share no row when the split holds both (grpo/cli/checks.py checks it when the env config gives
 num_eval_examples). Validation runs in on_step_end, after optimizer step N and before that step's
 log and checkpoint, inside torch.random.fork_rng: training samples exactly as it would without it.
 
@@ -21,7 +22,7 @@ keep_best: a validation reward above every earlier one (ties keep the earlier) i
 transformers' own best-model state (state.best_metric, state.best_global_step) and a checkpoint of
 that step is requested (control.should_save): transformers then points state.best_model_checkpoint
 at it, and its checkpoint rotation (save_total_limit) never deletes that checkpoint. The callback
-also writes <run_dir>/checkpoints/grpo_best.json (grpo.checkpoints.best_checkpoint reads it). One
+also writes <run_dir>/checkpoints/grpo_best.json (grpo.run.checkpoints.best_checkpoint reads it). One
 transformers rule is opted out of: at the end of training with save_total_limit=1 it deletes every
 checkpoint but the best, which would lose the last one that resume needs; after the final save the
 in-memory best_model_checkpoint is cleared (the saved trainer_state.json keeps it). A resumed run
@@ -31,7 +32,7 @@ Processes: every process runs the same validation (same rows, same seed: generat
 collective under ZeRO-3); the main process alone writes, logs and prints, and its reward decides
 the best checkpoint for all of them.
 
-Imports transformers and torch: grpo.train imports this module when it builds a trainer.
+Imports transformers and torch: grpo/train/trainer.py imports this module when it builds a trainer.
 """
 
 from __future__ import annotations
@@ -48,20 +49,21 @@ from grpo.config import GrpoConfig
 from grpo.envs.base import Environment, Row
 from grpo.envs.rubric import RewardFunc
 from grpo.run.checkpoints import CHECKPOINT_PREFIX, write_best_marker
+from grpo.run.layout import RunLayout
 
 log = logging.getLogger(__name__)
 
-VAL_DIR = "val"
+# the tracker metrics of a held-out evaluation: val/reward, val/func/<fn>, ...
 VAL_PREFIX = "val/"
 
 
-def validation_rows(env: Environment, n: int) -> list[Row]:
+def heldout_rows(env: Environment, n: int) -> list[Row]:
     """The last `n` rows of the env's eval split (all of them when it has no more)."""
     rows = env.rows("eval")
     return rows[len(rows) - n :] if 0 < n < len(rows) else rows
 
 
-def validation_metrics(result: Any) -> dict[str, float]:
+def heldout_metrics(result: Any) -> dict[str, float]:
     """An EvalResult as val/ metrics: val/reward and val/reward_std (the total's mean and std),
     then the evaluator's own names (func/<fn>, lang/<code>/mean, pass_at_<k>, score/..., seconds)."""
     metrics = result.to_metrics()
@@ -71,7 +73,7 @@ def validation_metrics(result: Any) -> dict[str, float]:
     return {f"{VAL_PREFIX}{name}": value for name, value in metrics.items()}
 
 
-def validation_line(step: int, result: Any, best: bool = False) -> str:
+def heldout_line(step: int, result: Any, best: bool = False) -> str:
     """`[val] step N | reward X | <fn> X ... | <lang> X ...` (languages when there are several)."""
     parts = [f"step {step}", f"reward {result.mean:.4f}"]
     parts += [f"{name} {value:.4f}" for name, value in result.per_function.items()]
@@ -83,7 +85,7 @@ def validation_line(step: int, result: Any, best: bool = False) -> str:
     return "[val] " + " | ".join(parts)
 
 
-class ValidationCallback(TrainerCallback):
+class HeldoutEvaluation(TrainerCallback):
     """Validates every trainer.eval_steps steps and, with trainer.keep_best, keeps the best
     checkpoint (see the module docstring). Attach the trainer (`callback.trainer = trainer`) before
     training: `policy_backend(trainer)` is a context manager yielding a generation backend over the
@@ -106,7 +108,7 @@ class ValidationCallback(TrainerCallback):
         self.every = int(t.eval_steps)
         self.keep_best = bool(t.keep_best)
         self.rollouts_per_example = int(t.val_rollouts_per_example)
-        self.rows = validation_rows(env, int(t.val_num_examples))
+        self.rows = heldout_rows(env, int(t.val_num_examples))
         self.run_dir = Path(run_dir)
         self.policy_backend = policy_backend
         self.extra_reward_funcs = list(extra_reward_funcs)
@@ -136,7 +138,7 @@ class ValidationCallback(TrainerCallback):
             state.best_global_step = state.global_step
             control.should_save = True
         if state.is_world_process_zero:
-            print(validation_line(state.global_step, result, better), flush=True)
+            print(heldout_line(state.global_step, result, better), flush=True)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not self.keep_best or not state.best_global_step:
@@ -156,7 +158,7 @@ class ValidationCallback(TrainerCallback):
 
         from grpo.evaluation.evaluator import evaluate_rows
 
-        out_dir = self.run_dir / VAL_DIR / f"step_{step}" if main_process else None
+        out_dir = RunLayout(self.run_dir).val(step) if main_process else None
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         with torch.random.fork_rng(devices=devices), self.policy_backend(self.trainer) as backend:
             result = evaluate_rows(
@@ -175,7 +177,7 @@ class ValidationCallback(TrainerCallback):
         self.rewards[step] = reward
         if main_process and self.log_metrics is not None:
             try:
-                self.log_metrics(validation_metrics(result), step)
+                self.log_metrics(heldout_metrics(result), step)
             except Exception as ex:  # noqa: BLE001 - tracking must not kill a training run
                 if not self._warned:
                     log.warning("validation metrics could not be logged at step %s: %s", step, ex)

@@ -1,0 +1,109 @@
+"""What GRPO training prints: a header, one compact line per logging step, the zero-signal hint.
+
+    [train] env alphabet_sort | model tiny | 40 steps x 1 micro-batch(es) of 16 completions ...
+    [train] step 4/40 | reward 0.2100 | lcs_ratio 0.2100 | kl 0.0012 | loss 0.01 | len 31 | 1.90 s/step, eta 0:01:08
+
+The line is printed on the main process only; `ProgressPrinter.last` keeps the last logged
+metrics (every process), which the stage hands back in its TrainResult. transformers is imported
+when a printer is made.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from grpo.config import GrpoConfig
+from grpo.run.distributed import world_size
+from grpo.train.monitors import compact
+
+
+def progress_printer(settings: GrpoConfig, env: Any, resume_from: Path | None) -> Any:
+    """A transformers TrainerCallback printing the header when training starts, then one line per
+    logging step: step, reward, per-function rewards, KL, loss, length, monitors, speed, ETA; and
+    the zero-signal hint, once."""
+    from transformers import TrainerCallback
+
+    header = train_header(settings, env, resume_from)
+
+    class ProgressPrinter(TrainerCallback):
+        def __init__(self) -> None:
+            self.start = 0.0
+            self.start_step = 0
+            self.last: dict[str, float] = {}
+            self.hinted = False
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.start, self.start_step = time.perf_counter(), state.global_step
+            if state.is_world_process_zero:
+                resumed = f" (resumed at step {state.global_step})" if state.global_step else ""
+                print(f"[train] {header}{resumed}", flush=True)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if not logs or "reward" not in logs:
+                return
+            self.last = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
+            if not state.is_world_process_zero:
+                return
+            done = state.global_step - self.start_step
+            elapsed = time.perf_counter() - self.start
+            per_step = elapsed / done if done else math.nan
+            eta = per_step * (state.max_steps - state.global_step)
+            parts = [f"step {state.global_step}/{state.max_steps}", f"reward {logs['reward']:.4f}"]
+            parts += [
+                f"{k[len('rewards/') : -len('/mean')]} {v:.4f}"
+                for k, v in logs.items()
+                if k.startswith("rewards/") and k.endswith("/mean") and isinstance(v, (int, float))
+            ]
+            for key, label in (("kl", "kl"), ("loss", "loss"), ("completions/mean_length", "len")):
+                if isinstance(logs.get(key), (int, float)):
+                    parts.append(f"{label} {logs[key]:.4g}")
+            parts += compact(logs)
+            if done:
+                parts.append(f"{per_step:.2f} s/step, eta {_clock(eta)}")
+            print("[train] " + " | ".join(parts), flush=True)
+            zero_std = logs.get("frac_reward_zero_std")
+            if not self.hinted and isinstance(zero_std, (int, float)) and zero_std >= 1.0:
+                print(zero_signal_hint(state.global_step), flush=True)
+                self.hinted = True
+
+    return ProgressPrinter()
+
+
+def zero_signal_hint(step: int) -> str:
+    """The one-line hint printed the first time every group of a step got one reward for all its
+    completions (TRL's frac_reward_zero_std = 1): the advantages are all 0, nothing is learned."""
+    return (
+        f"hint: every group of step {step} got the same reward for all its completions, so GRPO has no "
+        "signal (advantages are reward minus the group mean: all 0; typical of a random or untrained "
+        "model that never produces a scorable answer); warm the model up first with "
+        "stages=[sft,eval,train,eval] (supervised fine-tuning on the env's reference answers; the CPU "
+        "recipe for alphabet_sort: +experiment=alphabet_sort_cpu), or use a stronger model / an easier env"
+    )
+
+
+def processes() -> str:
+    """ ", on each of N processes" in a data-parallel run (the global batch is N times larger)."""
+    return f" on each of {world_size()} processes" if world_size() > 1 else ""
+
+
+def train_header(settings: GrpoConfig, env: Any, resume_from: Path | None) -> str:
+    """What trains, on what, how: the first line training prints."""
+    t, o = settings.trainer, settings.optimizer
+    prompts = t.per_device_batch_completions // t.num_generations
+    text = (
+        f"env {env.name} | model {settings.model.name} | {t.max_steps} steps x {t.gradient_accumulation_steps} "
+        f"micro-batch(es) of {t.per_device_batch_completions} completions ({prompts} prompts x "
+        f"{t.num_generations}){processes()} | loss {t.loss_type}, beta {t.beta}, scale {t.scale_rewards} | "
+        f"{o.name} lr {o.lr:g} | generation {settings.generation.backend}"
+    )
+    return text + (f" | from {resume_from}" if resume_from else "")
+
+
+def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

@@ -134,7 +134,10 @@ def main() -> None:
                 file=sys.stderr,
             )
     steps = args.steps - 1
-    for name, label in (("ours", "ours (grpo.train.trainer, rollout engine)"), ("bare TRL", "bare TRL GRPOTrainer")):
+    for name, label in (
+        ("ours", "ours (grpo.train.trainer, rollout engine)"),
+        ("bare TRL", "bare TRL GRPOTrainer"),
+    ):
         print(
             f"{label}: {statistics.median(seconds[name]):.3f} s/step (median of {args.rounds} runs of {steps} steps)"
         )

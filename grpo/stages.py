@@ -86,14 +86,18 @@ class StageContext:
 
     @property
     def rewards(self) -> RunRewards:
-        """The run's rewards, built when a stage first needs them (after a reward_model stage that
-        comes first: that stage drops them, since they score with the RM it trained)."""
+        """The run's rewards, built when a stage first needs them: after the reward_model stage
+        when it comes first, so a learned RM is loaded once."""
         if self._rewards is None:
             from grpo.rewards import build_rewards
 
             checkpoints = self.results.reward_model_checkpoints(self.settings)
             self._rewards = build_rewards(self.settings, self.env, checkpoints)
         return self._rewards
+
+    def new_reward_model(self) -> None:
+        """A reward_model stage is running: rewards built before it do not score with its RM."""
+        self._rewards = None
 
     def policy(self) -> Policy:
         """The policy in memory (loaded now for hf generation when no stage has it yet); an empty
@@ -299,7 +303,7 @@ def _train_stage(run: StageContext) -> None:
 def _reward_model_stage(run: StageContext) -> None:
     from grpo.reward_model.train import train_reward_model
 
-    run._rewards = None  # rewards built before this stage do not score with its reward model
+    run.new_reward_model()
     finished = run.resume.finished.get("reward_model") if run.resume is not None else None
     if finished is not None:
         print(f"resume: the reward model of {finished.parent} is trained; using {finished}")

@@ -15,7 +15,8 @@ Outputs, under the stage's dir (<run_dir>/reward_model): the HF model + tokenize
 rm_calibration.json, rm_metrics.json (held-out accuracy and loss per language, at init and after
 training), the train / held-out pairs as JSONL, and rm_meta.json written last. Tracker metrics:
 rm/acc/<lang>, rm/acc, rm/loss/<lang>, rm/loss at step 0 (init) and at the last step;
-rm/train/<TRL metric> every logging step. The returned RMResult carries the dir: a later train
+rm/train/<TRL metric> every logging step (the end-of-training summary as rm/train/summary/<name>,
+as GRPO and SFT name theirs). The returned RMResult carries the dir: a later train
 stage of the same run scores with it when reward_model.checkpoints is empty (grpo/stages.py).
 """
 

@@ -57,13 +57,8 @@ def tracking_uri(settings: GrpoConfig) -> str:
     """tracking.uri, else $MLFLOW_TRACKING_URI, else the SQLite file under the output root."""
     uri = settings.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
-        return default_uri(output_root(settings))
+        return f"sqlite:///{output_root(settings) / DB_FILE}"
     return check_uri(uri, field="tracking.uri")
-
-
-def default_uri(root: Path) -> str:
-    """The SQLite store a run under output root `root` logs to without tracking.uri."""
-    return f"sqlite:///{Path(root) / DB_FILE}"
 
 
 def check_uri(uri: str, field: str) -> str:

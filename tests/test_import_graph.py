@@ -2,11 +2,8 @@
 part in a cycle, no package-level knot (each subpackage and each top-level module of grpo/ is one
 unit; no two units reach each other), and the schema (grpo/config.py) imports no other grpo module.
 
-Every import counts, including those inside functions and under TYPE_CHECKING: a lazy import
-still ties two modules together. The one place left out is a module's top-level
-`if __name__ == "__main__":` block: it runs only when the file is a program of its own
-(`python -m grpo.reward_model.synthetic`, a command's older name), never when the package imports
-the module, so it is an entry point above every package, not an edge of the package."""
+Every import counts, including those inside functions, under TYPE_CHECKING and under a main
+guard: a lazy import still ties two modules together."""
 
 from __future__ import annotations
 
@@ -23,28 +20,6 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def _is_main_guard(node: ast.stmt) -> bool:
-    """`if __name__ == "__main__":`"""
-    test = node.test if isinstance(node, ast.If) else None
-    return (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and test.left.id == "__name__"
-        and len(test.comparators) == 1
-        and isinstance(test.comparators[0], ast.Constant)
-        and test.comparators[0].value == "__main__"
-    )
-
-
-def _nodes(tree: ast.Module) -> list[ast.AST]:
-    """Every node of a module but those under its top-level main guard (see the module docstring)."""
-    nodes: list[ast.AST] = []
-    for statement in tree.body:
-        if not _is_main_guard(statement):
-            nodes.extend(ast.walk(statement))
-    return nodes
-
-
 def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     """grpo module -> the grpo modules it imports (a `from pkg import name` counts as an import of
     the submodule pkg.name when there is one, else of pkg)."""
@@ -53,7 +28,7 @@ def import_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: set[str] = set()
-        for node in _nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -156,7 +131,7 @@ def test_the_checker_finds_a_cycle_and_a_schema_import(tmp_path):
 
 def test_the_checker_finds_a_planted_package_knot(tmp_path):
     """Three units that are clean module by module but knotted as packages: a lazy import and a
-    TYPE_CHECKING one close the knot; an import under a main guard is no edge."""
+    TYPE_CHECKING one close the knot."""
     pkg = tmp_path / "grpo"
     for sub in ("front", "train", "envs"):
         (pkg / sub).mkdir(parents=True)
@@ -168,12 +143,8 @@ def test_the_checker_finds_a_planted_package_knot(tmp_path):
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from grpo.front.compose import f\n"
     )
     (pkg / "front" / "compose.py").write_text("def f():\n    pass\n")
-    (pkg / "stages.py").write_text(
-        "from grpo.front import cli\n\nif __name__ == '__main__':\n    import grpo.stages_main\n"
-    )
-    (pkg / "stages_main.py").write_text("import grpo.stages\n")
+    (pkg / "stages.py").write_text("from grpo.front import cli\n")
     graph = import_graph(pkg)
     assert cycles(graph) == []  # no module-level cycle
     assert cycles(unit_graph(graph)) == [["grpo.envs", "grpo.front", "grpo.train"]]
-    assert "grpo.stages_main" not in graph["grpo.stages"]  # the main guard's import
-    assert unit_graph(graph)["grpo.stages_main"] == {"grpo.stages"}
+    assert unit_graph(graph)["grpo.stages"] == {"grpo.front"}

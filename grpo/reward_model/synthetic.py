@@ -278,7 +278,9 @@ def pairs_from_config(settings: GrpoConfig) -> list[PreferencePair]:
     )
 
 
-if __name__ == "__main__":  # the command's older name; it lives in the front door now
-    from grpo.cli.synthetic import main
+if __name__ == "__main__":
+    # the command's older name, `python -m grpo.reward_model.synthetic ...`: it runs the command
+    # at its new name as `python -m` would (runpy runs a module as a program without importing it)
+    import runpy
 
-    main()
+    runpy.run_module("grpo.cli.synthetic", run_name="__main__", alter_sys=True)

@@ -61,6 +61,8 @@ VLLM_MODES = {"vllm_colocate": "colocate", "vllm_server": "server"}
 TRACKING_BACKENDS = ("mlflow", "none")
 REWARD_MODEL_KINDS = ("rubric", "learned", "ensemble", "learned_only")
 REWARD_MODEL_COMBINES = ("mean", "min", "mean_minus_std")
+# how a learned RM's raw Bradley-Terry score is normalised (grpo/reward_model/calibration.py)
+REWARD_MODEL_NORMALIZATIONS = ("per_language", "global", "none")
 CORRUPTIONS = ("swap", "drop", "duplicate", "format", "language")
 
 
@@ -247,8 +249,14 @@ class RewardModelConfig:
     # trained RM dirs (a reward_model stage's output); empty = this run's reward_model stage output
     checkpoints: list[str] = field(default_factory=list)
     # weight of the (combined) normalised RM score in the GRPO reward (unit: standard deviations of
-    # the RM's reference set)
+    # the RM's reference set; raw score units with normalization=none)
     weight: float = 1.0
+    # how each RM's raw Bradley-Terry score is normalised with its rm_calibration.json (held-out
+    # reference set), wherever the score is used (GRPO reward, rm_* columns, ensemble combination,
+    # evaluation score columns): per_language (s - mean_lang) / std_lang, the default, as BT offsets
+    # differ per language (a language without statistics gets no score) | global (s - mean) / std
+    # pooled over all languages, any language | none (the raw score)
+    normalization: str = "per_language"
     # how ensemble members' normalised scores combine: mean | min | mean_minus_std (mean - k * std)
     combine: str = "mean"
     # std multiplier of combine=mean_minus_std

@@ -31,6 +31,7 @@ from grpo.config import (
     OPTIMIZERS,
     REWARD_MODEL_COMBINES,
     REWARD_MODEL_KINDS,
+    REWARD_MODEL_NORMALIZATIONS,
     SCALE_REWARDS,
     STAGES,
     TRACKING_BACKENDS,
@@ -418,6 +419,11 @@ def _reward_model(s: GrpoConfig) -> None:
         _fail(f"reward_model.kind='{rm.kind}' is not one of {', '.join(REWARD_MODEL_KINDS)}")
     if rm.combine not in REWARD_MODEL_COMBINES:
         _fail(f"reward_model.combine='{rm.combine}' is not one of {', '.join(REWARD_MODEL_COMBINES)}")
+    if rm.normalization not in REWARD_MODEL_NORMALIZATIONS:
+        _fail(
+            f"reward_model.normalization='{rm.normalization}' is not one of "
+            f"{', '.join(REWARD_MODEL_NORMALIZATIONS)}"
+        )
     for key in ("weight", "rubric_weight", "k"):
         if getattr(rm, key) < 0:
             _fail(f"reward_model.{key}={getattr(rm, key)} must be >= 0")

@@ -6,6 +6,11 @@ language would look better than another for no reason, and the mean or min of se
 members would be meaningless. After training, the scores of a held-out reference set (both
 completions of every held-out pair) give each language's mean and standard deviation; scores are
 then used as (s - mean_lang) / std_lang. Saved as rm_calibration.json next to the weights.
+
+How a score is normalised is reward_model.normalization (`normalize_one`, the one place):
+    per_language  (s - mean_lang) / std_lang (the default); None for a language without statistics
+    global        (s - mean) / std of the whole reference set (languages pooled); any language
+    none          the raw score
 Light module: no torch.
 """
 
@@ -17,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo.config import REWARD_MODEL_NORMALIZATIONS
 from grpo.files import write_json_atomic
 
 # a std below this (a constant model) would blow normalised scores up; treated as this
@@ -42,7 +48,7 @@ class ScoreStats:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Score statistics per language (and pooled over all languages, for reference)."""
+    """Score statistics per language and pooled over all languages (normalization=global)."""
 
     languages: dict[str, ScoreStats]
     pooled: ScoreStats
@@ -59,15 +65,30 @@ class Calibration:
             pooled=ScoreStats.of([float(s) for s in scores]),
         )
 
-    def normalize_one(self, score: float, language: str) -> float | None:
-        """(score - mean) / std of the language; None for a language the model was not calibrated on."""
-        stats = self.languages.get(language)
-        if stats is None or not math.isfinite(score):
+    def covers(self, language: str, normalization: str = "per_language") -> bool:
+        """Whether `normalize_one` can normalise a score in `language`: per_language needs the
+        language's own statistics, global and none work for any language."""
+        _check_normalization(normalization)
+        return normalization != "per_language" or language in self.languages
+
+    def normalize_one(self, score: float, language: str, normalization: str = "per_language") -> float | None:
+        """The score normalised as `normalization` says (see the module docstring): per_language
+        (score - mean_lang) / std_lang, None for a language the model was not calibrated on; global
+        (score - mean_pooled) / std_pooled; none the score itself. None for a non-finite score."""
+        if not self.covers(language, normalization) or not math.isfinite(score):
             return None
+        if normalization == "none":
+            return float(score)
+        stats = self.pooled if normalization == "global" else self.languages[language]
         return (score - stats.mean) / stats.std
 
-    def normalize(self, scores: Sequence[float], languages: Sequence[str]) -> list[float | None]:
-        return [self.normalize_one(float(s), lang) for s, lang in zip(scores, languages, strict=True)]
+    def normalize(
+        self, scores: Sequence[float], languages: Sequence[str], normalization: str = "per_language"
+    ) -> list[float | None]:
+        return [
+            self.normalize_one(float(s), lang, normalization)
+            for s, lang in zip(scores, languages, strict=True)
+        ]
 
     def to_json(self) -> dict[str, object]:
         def plain(s: ScoreStats) -> dict[str, float | int]:
@@ -90,3 +111,11 @@ class Calibration:
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
         return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def _check_normalization(normalization: str) -> None:
+    # settings arrive checked (grpo/cli/checks.py); this guards direct callers
+    if normalization not in REWARD_MODEL_NORMALIZATIONS:
+        raise ValueError(
+            f"unknown normalization {normalization!r}: one of {', '.join(REWARD_MODEL_NORMALIZATIONS)}"
+        )

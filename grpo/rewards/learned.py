@@ -1,20 +1,23 @@
-"""Trained reward models as GRPO rewards: batched scoring, per-language normalisation, ensembles.
+"""Trained reward models as GRPO rewards: batched scoring, normalisation, ensembles.
 
 For every batch TRL scores, each reward model (an ensemble member) reads the prompt and the WHOLE
 episode (every assistant turn and the environment's turns between them, from our rollout function;
 TRL's own decoding otherwise) rendered through its tokenizer's chat template with the row's
 language tag, in length-sorted batches under torch.inference_mode. Its raw score is normalised
-with the member's own statistics for the row's language, (s - mean_lang) / std_lang
-(rm_calibration.json, fitted on a held-out reference set after training): a Bradley-Terry score
-has an arbitrary offset per language, so unnormalised scores must never be mixed. Members are then
-combined per completion: mean, min, or mean - k * std across members.
+with the member's own statistics (rm_calibration.json, fitted on a held-out reference set after
+training) as reward_model.normalization says: per_language (the default), (s - mean_lang) /
+std_lang, since a Bradley-Terry score has an arbitrary offset per language and unnormalised
+scores should not be mixed; global, (s - mean) / std pooled over all languages; none, the raw
+score (grpo/reward_model/calibration.py, Calibration.normalize_one). Members are then combined per
+completion: mean, min, or mean - k * std across members.
 
 TRL reward functions (each logs rewards/<name>/mean):
     reward_model    the (combined) normalised score, weight reward_model.weight
     rm_0, rm_1 ...  each member's normalised score, weight 0 (logged only), for ensembles
-One scoring pass per batch serves all of them. A completion in a language the RM was not trained
-on gets None (TRL leaves it out of that function's mean); the run's languages are checked up front
-so that this only happens for rows that were never expected.
+One scoring pass per batch serves all of them; the evaluator's score columns are these functions
+too. A completion in a language the RM was not trained on, or (per_language only) has no
+statistics for, gets None (TRL leaves it out of that function's mean); the run's languages are
+checked up front so that this only happens for rows that were never expected.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def combine_scores(members: Sequence[Sequence[float | None]], how: str, k: float
 
 
 class RewardModelScorer:
-    """One trained reward model: raw and per-language normalised scores of completions."""
+    """One trained reward model: raw and normalised scores of completions (`normalization`: one of
+    grpo.config.REWARD_MODEL_NORMALIZATIONS, reward_model.normalization)."""
 
     def __init__(
         self,
@@ -66,6 +70,7 @@ class RewardModelScorer:
         field: str = "reward_model.checkpoints[0]",
         batch_size: int = 64,
         device: Any = None,
+        normalization: str = "per_language",
     ) -> None:
         from grpo.reward_model.backbone import load_reward_model
         from grpo.reward_model.scoring import SequenceEncoder
@@ -81,11 +86,13 @@ class RewardModelScorer:
         )
         self.heads = {lang: i for i, lang in enumerate(meta.languages)} if meta.per_language_heads else None
         self.batch_size = int(batch_size)
+        self.normalization = str(normalization)
 
     @property
     def languages(self) -> list[str]:
-        """Languages the model can score: trained on and calibrated."""
-        return [lang for lang in self.rm.meta.languages if lang in self.rm.calibration.languages]
+        """Languages the model can score: trained on and, with per_language normalisation, calibrated."""
+        cal = self.rm.calibration
+        return [lang for lang in self.rm.meta.languages if cal.covers(lang, self.normalization)]
 
     def raw(
         self, prompts: Sequence[Any], completions: Sequence[Any], languages: Sequence[str]
@@ -108,11 +115,12 @@ class RewardModelScorer:
     def normalized(
         self, prompts: Sequence[Any], completions: Sequence[Any], languages: Sequence[str]
     ) -> list[float | None]:
-        """(raw - mean_lang) / std_lang with the model's own calibration."""
+        """Raw scores normalised with the model's own calibration as `self.normalization` says."""
         raw = self.raw(prompts, completions, languages)
         cal = self.rm.calibration
         return [
-            None if s is None else cal.normalize_one(s, lang) for s, lang in zip(raw, languages, strict=True)
+            None if s is None else cal.normalize_one(s, lang, self.normalization)
+            for s, lang in zip(raw, languages, strict=True)
         ]
 
 
@@ -201,7 +209,7 @@ def learned_reward_funcs(
         )
     batch_size = int(rm.training.score_batch_size)
     scorers = [
-        RewardModelScorer(path, f"reward_model.checkpoints[{i}]", batch_size, device)
+        RewardModelScorer(path, f"reward_model.checkpoints[{i}]", batch_size, device, str(rm.normalization))
         for i, path in enumerate(paths)
     ]
     wanted = run_languages(settings.language)

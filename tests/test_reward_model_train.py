@@ -88,6 +88,13 @@ def test_held_out_accuracy_rises_from_chance_to_090_in_both_languages(trained):
     report = json.loads((out / RM_METRICS_FILE).read_text())
     assert report["final"]["accuracy"] == result.final.accuracy
     assert report["initial"]["accuracy"] == result.initial.accuracy
+    # the per-kind table of the corruptions drawn, at init and after training
+    assert list(result.final.accuracy_by_kind) == ["drop", "duplicate", "format"]
+    assert sum(result.final.pairs_by_kind.values()) == 120
+    for when in ("initial", "final"):
+        metrics = getattr(result, when)
+        assert report[when]["accuracy_by_kind"] == metrics.accuracy_by_kind
+        assert report[when]["accuracy_by_language_kind"] == metrics.accuracy_by_language_kind
     assert len(load_pairs(out / HELDOUT_PAIRS_FILE)) == 120
     # a later train stage of this run scores with the fresh RM (handed on as the stage's result)
     assert cfg.reward_model.checkpoints == []
@@ -99,6 +106,22 @@ def test_held_out_accuracy_rises_from_chance_to_090_in_both_languages(trained):
         assert curve == [
             (0, pytest.approx(result.initial.accuracy[lang])),
             (120, pytest.approx(result.final.accuracy[lang])),
+        ]
+    for name, initial, final in (
+        (
+            "rm/acc/kind/format",
+            result.initial.accuracy_by_kind["format"],
+            result.final.accuracy_by_kind["format"],
+        ),
+        (
+            "rm/acc/sv/drop",
+            result.initial.accuracy_by_language_kind["sv"]["drop"],
+            result.final.accuracy_by_language_kind["sv"]["drop"],
+        ),
+    ):
+        assert metric_curve(client, run_id, name) == [
+            (0, pytest.approx(initial)),
+            (120, pytest.approx(final)),
         ]
     assert [s for s, _ in metric_curve(client, run_id, "rm/loss")] == [0, 120]
     train_loss = metric_curve(client, run_id, "rm/train/loss")
@@ -164,34 +187,6 @@ def test_an_injected_language_offset_is_removed(trained):
     )
     # a language the model was not calibrated on gets no score rather than a wrong one
     assert Calibration.fit(raw, languages).normalize([1.0], ["de"]) == [None]
-
-
-# issue item 5's target: the default recipe (only languages given: default data, severity 0.5,
-# every corruption, multi-turn episodes) ranks >= 90% of held-out pairs right in EACH language, for
-# language pairs no other test trains on, in scripts other than Latin. Not met yet: swapped names
-# stay near chance, dropped and duplicated ones at ~0.7-0.9 (held-out ~0.70-0.88 per language; the
-# variants tried, up to 10000 pairs per language, are in the README's Reward models section);
-# strict, so the marker has to go once the recipe gets there.
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="default RM recipe reaches ~0.70-0.88 per language, not 0.9 (issue item 5)",
-)
-@pytest.mark.parametrize("languages", [["de", "ja"], ["fr", "zh"]])
-def test_default_recipe_reaches_090_in_each_language(tmp_path, languages):
-    cfg = load_settings(
-        [
-            "+env=alphabet_sort",
-            "stages=[reward_model]",
-            "reward_model=learned",
-            f"reward_model.data.synthetic.languages=[{','.join(languages)}]",
-            f"output_root={tmp_path}",
-        ]
-    )
-    result = train_reward_model(cfg, tmp_path / "reward_model")
-    assert result.languages == sorted(languages)
-    assert all(0.2 <= acc <= 0.8 for acc in result.initial.accuracy.values()), result.initial.accuracy
-    assert all(result.final.accuracy[lang] >= 0.9 for lang in languages), result.final.accuracy
 
 
 def test_per_language_heads_without_tag_tokens(tmp_path):

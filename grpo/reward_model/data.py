@@ -24,6 +24,10 @@ from grpo.generation.base import Messages
 
 FIELD = "reward_model.data.path"
 ROLES = ("system", "user", "assistant", "tool")
+# the row key naming how the rejected completion was made worse (synthetic pairs: swap, drop,
+# duplicate, format, language), and the kind of a pair whose row has none (a user's own data)
+CORRUPTION_KEY = "corruption"
+UNKNOWN_KIND = "unknown"
 
 
 @dataclass
@@ -36,6 +40,12 @@ class PreferencePair:
     language: str
     # any other keys of the row (synthetic pairs: source, corruption, severity)
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """The pair's corruption kind (its row's `corruption` key), UNKNOWN_KIND without one."""
+        value = self.meta.get(CORRUPTION_KEY)
+        return value if isinstance(value, str) and value else UNKNOWN_KIND
 
     def to_json(self) -> dict[str, Any]:
         return {

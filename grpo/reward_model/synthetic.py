@@ -18,6 +18,9 @@ items swapped / dropped / duplicated, and how far the format degrades. Every rej
 checked with the environment's own rubric: it must score strictly below the chosen one (a
 corruption that happens to be harmless is redrawn), so no pair contradicts the ground truth.
 
+Each pair records its kind in the row's `corruption` key (data.CORRUPTION_KEY, next to `severity`
+and `source`), which the stage's pairs files keep: the RM stage reports held-out accuracy per kind.
+
 The command that writes them to a JSONL file is grpo/cli/synthetic.py:
 
     python -m grpo.cli.synthetic data/prefs.jsonl +env=alphabet_sort \\
@@ -34,7 +37,7 @@ from typing import Any
 from grpo.config import GrpoConfig
 from grpo.errors import UserError
 from grpo.generation.base import Messages
-from grpo.reward_model.data import PreferencePair
+from grpo.reward_model.data import CORRUPTION_KEY, PreferencePair
 
 # redraws of a corruption that the rubric does not score below the reference
 MAX_ATTEMPTS = 8
@@ -198,7 +201,7 @@ def env_pairs(
                         chosen=[dict(m) for m in chosen],
                         rejected=rejected,
                         language=str(row.language),
-                        meta={"source": f"synthetic:{env.name}", "corruption": kind, "severity": severity},
+                        meta={"source": f"synthetic:{env.name}", CORRUPTION_KEY: kind, "severity": severity},
                     )
                 )
                 break

@@ -12,9 +12,11 @@ them. TRL's collator puts the chosen sequences then the rejected ones in one bat
 collator adds each sequence's language head index for per-language heads.
 
 Outputs, under the stage's dir (<run_dir>/reward_model): the HF model + tokenizer files,
-rm_calibration.json, rm_metrics.json (held-out accuracy and loss per language, at init and after
-training), the train / held-out pairs as JSONL, and rm_meta.json written last. Tracker metrics:
-rm/acc/<lang>, rm/acc, rm/loss/<lang>, rm/loss at step 0 (init) and at the last step;
+rm_calibration.json, rm_metrics.json (held-out accuracy and loss per language, accuracy per
+corruption kind and per language and kind, at init and after training), the train / held-out pairs
+as JSONL (each keeping its `corruption` kind), and rm_meta.json written last. Tracker metrics:
+rm/acc/<lang>, rm/acc, rm/loss/<lang>, rm/loss, rm/acc/kind/<kind>, rm/acc/<lang>/<kind> at step 0
+(init) and at the last step;
 rm/train/<TRL metric> every logging step (the end-of-training summary as rm/train/summary/<name>,
 as GRPO and SFT name theirs). The returned RMResult carries the dir: a later train
 stage of the same run scores with it when reward_model.checkpoints is empty (grpo/stages.py).
@@ -31,11 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo.config import GrpoConfig
+from grpo.config import CORRUPTIONS, GrpoConfig
 from grpo.errors import UserError
 from grpo.files import write_json_atomic
 from grpo.reward_model.calibration import Calibration
 from grpo.reward_model.data import (
+    UNKNOWN_KIND,
     PreferencePair,
     languages_of,
     load_pairs,
@@ -68,12 +71,20 @@ _FIXED_ARGS = (
 
 @dataclass
 class PairMetrics:
-    """Pairwise accuracy and Bradley-Terry loss of a model on a set of pairs."""
+    """Pairwise accuracy and Bradley-Terry loss of a model on a set of pairs: per language, and
+    accuracy per corruption kind of the rejected completion (PreferencePair.kind: a user's pairs
+    without a `corruption` key count under "unknown") and per language and kind."""
 
     accuracy: dict[str, float]
     loss: dict[str, float]
     overall_accuracy: float
     overall_loss: float
+    # {kind: accuracy}, kinds in CORRUPTIONS order, then others alphabetically, "unknown" last
+    accuracy_by_kind: dict[str, float] = field(default_factory=dict)
+    # {language: {kind: accuracy}}, only the kinds a language has pairs of
+    accuracy_by_language_kind: dict[str, dict[str, float]] = field(default_factory=dict)
+    # pairs of each kind: how far one kind's accuracy can be trusted
+    pairs_by_kind: dict[str, int] = field(default_factory=dict)
     # the scores behind them: chosen and rejected, in pair order (for calibration)
     chosen: list[float] = field(default_factory=list, repr=False)
     rejected: list[float] = field(default_factory=list, repr=False)
@@ -82,6 +93,9 @@ class PairMetrics:
         out = {f"{prefix}acc": self.overall_accuracy, f"{prefix}loss": self.overall_loss}
         out.update({f"{prefix}acc/{lang}": v for lang, v in self.accuracy.items()})
         out.update({f"{prefix}loss/{lang}": v for lang, v in self.loss.items()})
+        out.update({f"{prefix}acc/kind/{kind}": v for kind, v in self.accuracy_by_kind.items()})
+        for lang, by_kind in self.accuracy_by_language_kind.items():
+            out.update({f"{prefix}acc/{lang}/{kind}": v for kind, v in by_kind.items()})
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -90,6 +104,9 @@ class PairMetrics:
             "loss": self.loss,
             "overall_accuracy": self.overall_accuracy,
             "overall_loss": self.overall_loss,
+            "accuracy_by_kind": self.accuracy_by_kind,
+            "accuracy_by_language_kind": self.accuracy_by_language_kind,
+            "pairs_by_kind": self.pairs_by_kind,
         }
 
 
@@ -118,20 +135,51 @@ def _log_sigmoid(x: float) -> float:
     return -math.log1p(math.exp(-x)) if x >= 0 else x - math.log1p(math.exp(x))
 
 
-def pair_metrics(chosen: Sequence[float], rejected: Sequence[float], languages: Sequence[str]) -> PairMetrics:
-    """Accuracy (chosen scored strictly higher) and mean -logsigmoid(chosen - rejected), per language."""
+def _kind_order(kind: str) -> tuple[int, int, str]:
+    """Sort key of corruption kinds: CORRUPTIONS order, then other kinds alphabetically, unknown last."""
+    if kind in CORRUPTIONS:
+        return (0, CORRUPTIONS.index(kind), "")
+    return (2, 0, "") if kind == UNKNOWN_KIND else (1, 0, kind)
+
+
+def _means(groups: dict[str, list[float]]) -> dict[str, float]:
+    return {k: sum(v) / len(v) for k, v in groups.items()}
+
+
+def pair_metrics(
+    chosen: Sequence[float],
+    rejected: Sequence[float],
+    languages: Sequence[str],
+    kinds: Sequence[str] | None = None,
+) -> PairMetrics:
+    """Accuracy (chosen scored strictly higher) and mean -logsigmoid(chosen - rejected), per
+    language; accuracy per corruption kind and per (language, kind) too. `kinds`: each pair's
+    PreferencePair.kind; None counts every pair as UNKNOWN_KIND."""
+    kinds = [UNKNOWN_KIND] * len(languages) if kinds is None else kinds
     wins: dict[str, list[float]] = {}
     losses: dict[str, list[float]] = {}
-    for c, r, lang in zip(chosen, rejected, languages, strict=True):
-        wins.setdefault(lang, []).append(1.0 if c > r else 0.0)
+    kind_wins: dict[str, list[float]] = {}
+    cell_wins: dict[str, dict[str, list[float]]] = {}
+    for c, r, lang, kind in zip(chosen, rejected, languages, kinds, strict=True):
+        win = 1.0 if c > r else 0.0
+        wins.setdefault(lang, []).append(win)
         losses.setdefault(lang, []).append(-_log_sigmoid(c - r))
+        kind_wins.setdefault(kind, []).append(win)
+        cell_wins.setdefault(lang, {}).setdefault(kind, []).append(win)
     all_wins = [w for ws in wins.values() for w in ws]
     all_losses = [v for vs in losses.values() for v in vs]
+    by_kind = dict(sorted(kind_wins.items(), key=lambda item: _kind_order(item[0])))
     return PairMetrics(
-        accuracy={k: sum(v) / len(v) for k, v in sorted(wins.items())},
-        loss={k: sum(v) / len(v) for k, v in sorted(losses.items())},
+        accuracy=_means(dict(sorted(wins.items()))),
+        loss=_means(dict(sorted(losses.items()))),
         overall_accuracy=sum(all_wins) / len(all_wins) if all_wins else float("nan"),
         overall_loss=sum(all_losses) / len(all_losses) if all_losses else float("nan"),
+        accuracy_by_kind=_means(by_kind),
+        accuracy_by_language_kind={
+            lang: _means(dict(sorted(cells.items(), key=lambda item: _kind_order(item[0]))))
+            for lang, cells in sorted(cell_wins.items())
+        },
+        pairs_by_kind={kind: len(v) for kind, v in by_kind.items()},
         chosen=list(chosen),
         rejected=list(rejected),
     )
@@ -162,7 +210,7 @@ class PairScorer:
         completions = [p.chosen for p in pairs] + [p.rejected for p in pairs]
         languages = [p.language for p in pairs]
         scores = self.score(prompts, completions, languages * 2)
-        return pair_metrics(scores[: len(pairs)], scores[len(pairs) :], languages)
+        return pair_metrics(scores[: len(pairs)], scores[len(pairs) :], languages, [p.kind for p in pairs])
 
 
 def load_data(settings: GrpoConfig) -> list[PreferencePair]:
@@ -270,6 +318,35 @@ def _format_accuracy(metrics: PairMetrics) -> str:
     return ", ".join(f"{lang} {acc:.3f}" for lang, acc in metrics.accuracy.items())
 
 
+def format_kind_table(metrics: PairMetrics) -> list[str]:
+    """Accuracy per corruption kind as aligned text lines: a header of kinds, the row "all", one
+    row per language ("-" where a language has no pair of a kind), and the pairs of each kind."""
+    kinds = list(metrics.accuracy_by_kind)
+    rows = [("all", metrics.accuracy_by_kind, metrics.overall_accuracy)]
+    rows += [
+        (lang, metrics.accuracy_by_language_kind.get(lang, {}), metrics.accuracy[lang])
+        for lang in metrics.accuracy
+    ]
+    first = max(len("pairs"), *(len(name) for name, _, _ in rows))
+    widths = [max(5, len(kind)) for kind in kinds]
+
+    def line(name: str, cells: Sequence[str], total: str) -> str:
+        body = " ".join(cell.rjust(w) for cell, w in zip(cells, widths, strict=True))
+        return f"{name.ljust(first)} {body} {total.rjust(5)}"
+
+    lines = [line("", kinds, "all")]
+    for name, by_kind, total in rows:
+        lines.append(
+            line(name, [f"{by_kind[k]:.3f}" if k in by_kind else "-" for k in kinds], f"{total:.3f}")
+        )
+    lines.append(
+        line(
+            "pairs", [str(metrics.pairs_by_kind[k]) for k in kinds], str(sum(metrics.pairs_by_kind.values()))
+        )
+    )
+    return lines
+
+
 def train_reward_model(
     settings: GrpoConfig,
     out_dir: str | os.PathLike[str],
@@ -335,6 +412,14 @@ def train_reward_model(
     print_main(
         f"[reward_model] {result.global_step} steps in {result.seconds:.1f} s | held-out accuracy "
         f"{final.overall_accuracy:.3f} ({_format_accuracy(final)}), loss {final.overall_loss:.4f} | saved to {out}",
+        flush=True,
+    )
+    # which corruptions the RM has learned to see; one row per language
+    print_main(
+        "\n".join(
+            ["[reward_model] held-out accuracy by corruption kind:"]
+            + [f"[reward_model]   {row}" for row in format_kind_table(final)]
+        ),
         flush=True,
     )
     return result

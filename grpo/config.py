@@ -372,6 +372,10 @@ class SftConfig:
     max_grad_norm: float = 1.0
     # tokens of one conversation (prompt + completion); longer ones are cut at the end
     max_length: int = 1024
+    # padding-free batches: the micro-batch's conversations back to back in one row, no padding
+    # tokens, each attending only to itself (grpo/models/packed_attention.py); the same per-token
+    # losses and batches as padded ones, fewer tokens through the linear layers. false = padded
+    padding_free: bool = True
     # train a LoRA adapter (model.lora's r, alpha, dropout, target_modules) and merge it into the
     # saved weights, instead of every weight
     lora: bool = False

@@ -11,7 +11,10 @@ How it meets TRL (trl 1.16 sft_trainer.py): the dataset is pre-tokenised (`input
 `assistant_masks` column; SFTTrainer's dataset preparation sets the label of every token whose
 mask bit is 0 to -100 (that column applies whatever assistant_only_loss says), so the loss and
 `mean_token_accuracy` count the model's own tokens only. Sequences are cut to sft.max_length
-before TRL sees them.
+before TRL sees them. sft.padding_free (default) sets TRL's padding_free: a micro-batch is its
+conversations back to back in one row with position ids restarting at each, trained under an
+attention that keeps them apart (grpo/models/packed_attention.py); the losses are the padded
+batch's, without the padding tokens' work.
 
 Saving: the model, the tokenizer (chat template included) and sft_meta.json, written last, go to
 <run_dir>/sft.partial; every file is fsynced and the dir is renamed to <run_dir>/sft. A dir named
@@ -61,6 +64,7 @@ _FIXED_ARGS = (
     "max_length",
     "assistant_only_loss",
     "completion_only_loss",
+    "padding_free",
 )
 PARTIAL_SUFFIX = ".partial"
 
@@ -104,8 +108,10 @@ def sft_config(settings: GrpoConfig, output_dir: Path) -> Any:
         "report_to": "none",  # the tracker gets metrics through our callback
         "save_strategy": "no",  # the stage saves the final model itself
         "eval_strategy": "no",
-        # the examples are cut to sft.max_length already; packing (sft.extra) needs the number
-        "max_length": f.max_length,
+        # the examples are cut to sft.max_length already; packing (sft.extra) needs the number,
+        # padding-free batches without packing must not have it (TRL rejects the pair)
+        "max_length": None if f.padding_free and not f.extra.get("packing") else f.max_length,
+        "padding_free": f.padding_free,
         # the loss mask is the dataset's assistant_masks column (GRPO's layout), not a template's
         "assistant_only_loss": False,
         "completion_only_loss": False,
@@ -225,8 +231,9 @@ def train_sft(
     try:
         with _quiet_progress_bars():
             checkpoints = RunLayout(out.parent).stage_checkpoints("sft")
-            trainer = build_sft_trainer(settings, model, tokenizer, examples, checkpoints, tracker)
-            run_trainer(trainer, "sft", resume_from)
+            with _attention_for(settings, model):
+                trainer = build_sft_trainer(settings, model, tokenizer, examples, checkpoints, tracker)
+                run_trainer(trainer, "sft", resume_from)
         model = trainer.model
         if settings.sft.lora:
             model = model.merge_and_unload()  # a plain model: what model.path loads and GRPO wraps
@@ -270,6 +277,20 @@ def train_sft(
     return SftResult(out, model, tokenizer, step, metrics, len(examples), seconds, history)
 
 
+def _attention_for(settings: GrpoConfig, model: Any) -> contextlib.AbstractContextManager[None]:
+    """Padding-free batches need an attention that keeps the packed conversations apart:
+    FlashAttention's varlen kernels do it natively, any other implementation is swapped for
+    grpo/models/packed_attention.py while the stage trains (TRL's bfd packing is padding-free too)."""
+    packed = settings.sft.padding_free or (
+        settings.sft.extra.get("packing") and settings.sft.extra.get("packing_strategy", "bfd") != "wrapped"
+    )
+    if not packed or str(model.config._attn_implementation).startswith("flash_attention"):
+        return contextlib.nullcontext()
+    from grpo.models.packed_attention import packed_attention
+
+    return packed_attention(model)
+
+
 @contextlib.contextmanager
 def _quiet_progress_bars() -> Iterator[None]:
     """No datasets / transformers progress bars (TRL's dataset preparation, shard writing): the
@@ -298,7 +319,8 @@ def _header(settings: GrpoConfig, env: Environment, examples: Sequence[Example])
     length = f"{f.max_steps} steps" if f.max_steps > 0 else f"{f.epochs:g} epoch(s)"
     return (
         f"{len(examples)} demonstrations ({source}) | {tokens} tokens, {trained} of them trained | {length} "
-        f"of {f.batch_size} x {f.gradient_accumulation_steps} conversations | lr {f.lr:g} | "
+        f"of {f.batch_size} x {f.gradient_accumulation_steps} conversations"
+        f"{' (padding-free)' if f.padding_free else ''} | lr {f.lr:g} | "
         f"{'LoRA (merged)' if f.lora else 'full'} | model {settings.model.name}"
     )
 

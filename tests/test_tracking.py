@@ -489,3 +489,56 @@ def test_run_logs_to_a_tracking_server(tmp_path, mlflow_server):
     }
     assert list((tmp_path / "server" / "artifacts").rglob("results.jsonl"))
     assert not (root / "mlflow.db").exists() and not (root / "mlartifacts").exists()
+
+
+def test_a_language_mix_run_gets_per_language_plots(root):
+    """val/lang/<code>/mean curves and per-language reward curves (a learned RM against the rubric)
+    are drawn when the run logged more than one language; an English run gets neither."""
+    from grpo.tracking.plots import by_language
+
+    cfg = _cfg(root, "language=mix", "language.members=[en,sv]")
+    tracker = make_tracker(cfg, root / "runs" / "mix")
+    with tracker:
+        tracker.log_config(cfg)
+        for step in (1, 2, 3):
+            tracker.log_metrics(
+                {
+                    "train/reward": 0.1 * step,
+                    "train/rewards/alphabetical/en/mean": 0.1 * step,
+                    "train/rewards/alphabetical/sv/mean": 0.2 * step,
+                    "train/rewards/reward_model/en/mean": 1.0 + step,
+                    "train/rewards/reward_model/sv/mean": -1.0 + step,
+                    "val/lang/en/mean": 0.3,
+                    "val/lang/sv/mean": 0.4,
+                },
+                step,
+            )
+        tracker.finish_run(0.5)
+    client = MlflowClient(tracking_uri(cfg))
+    assert _artifacts(client, tracker.run_id) >= {
+        "plots/val_by_language.png",
+        "plots/rewards_by_language.png",
+    }
+    names = list(client.get_run(tracker.run_id).data.metrics)
+    assert by_language(names, "train/rewards/") == {
+        "en": {
+            "alphabetical": "train/rewards/alphabetical/en/mean",
+            "reward_model": "train/rewards/reward_model/en/mean",
+        },
+        "sv": {
+            "alphabetical": "train/rewards/alphabetical/sv/mean",
+            "reward_model": "train/rewards/reward_model/sv/mean",
+        },
+    }
+    assert by_language(names, "val/lang/") == {"en": {"": "val/lang/en/mean"}, "sv": {"": "val/lang/sv/mean"}}
+
+    english = make_tracker(_cfg(root), root / "runs" / "en")
+    with english:
+        english.log_config(_cfg(root))
+        english.log_metrics(
+            {"train/reward": 0.2, "train/rewards/alphabetical/mean": 0.2, "val/lang/en/mean": 0.3}, 1
+        )
+        english.finish_run(0.5)
+    found = _artifacts(client, english.run_id)
+    assert "plots/train_curves.png" in found
+    assert not found & {"plots/val_by_language.png", "plots/rewards_by_language.png"}

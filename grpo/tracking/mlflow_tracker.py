@@ -50,6 +50,10 @@ MAX_PARAMS_PER_BATCH = 100
 EVAL_PREFIX = "eval/"
 # curves drawn in plots/train_curves.png, when the run logged them (val/reward: trainer.eval_steps > 0)
 TRAIN_CURVES = ("train/reward", "val/reward", "train/kl")
+# per-language curves: the validation mean (val/lang/<code>/mean) and each reward function's
+# training mean under a language mix (train/rewards/<fn>/<code>/mean, grpo/rewards/rubric.py)
+VAL_LANGUAGE = "val/lang/"
+TRAIN_REWARDS = "train/rewards/"
 _EVAL_FUNC = re.compile(r"^eval/(?P<label>[^/]+)/func/(?P<fn>[^/]+)$")
 _EVAL_TOTAL = re.compile(r"^eval/(?P<label>[^/]+)/mean$")
 # the weighted total reward's bar in plots/eval_by_function.png
@@ -267,12 +271,30 @@ class MlflowTracker(Tracker):
         print(f"mlflow: logged the reward model as {info.model_uri}{_registered(name, info)}")
 
     def log_plots(self) -> None:
-        """plots/train_curves.png (training and validation reward, KL over steps) and plots/eval_by_function.png
-        (each evaluation's mean per reward function), from what the run holds in the store."""
-        from grpo.tracking.plots import plot_eval_by_function, plot_train_curves
+        """plots/train_curves.png (training and validation reward, KL over steps), plots/eval_by_function.png
+        (each evaluation's mean per reward function) and, when the run logged more than one language,
+        plots/val_by_language.png (val/lang/<code>/mean, one line per language) and
+        plots/rewards_by_language.png (per language, each reward function's training mean: with a
+        learned RM, its score against the rubric), from what the run holds in the store."""
+        from grpo.tracking.plots import (
+            by_language,
+            plot_eval_by_function,
+            plot_reward_curves,
+            plot_rewards_by_language,
+            plot_train_curves,
+        )
 
         curves = {key: metric_curve(self.client, self.run_id, key) for key in TRAIN_CURVES}
-        evals = eval_scores(with_retry(self.client.get_run, self.run_id).data.metrics)
+        metrics = with_retry(self.client.get_run, self.run_id).data.metrics
+        evals = eval_scores(metrics)
+        val = {
+            lang: names[""] for lang, names in by_language(list(metrics), VAL_LANGUAGE).items() if "" in names
+        }
+        rewards = by_language(list(metrics), TRAIN_REWARDS)
+
+        def fetch(name: str) -> list[tuple[int, float]]:
+            return metric_curve(self.client, self.run_id, name)
+
         with tempfile.TemporaryDirectory(prefix="grpo-plots-") as tmp:
             files = []
             if any(curves.values()):
@@ -280,6 +302,22 @@ class MlflowTracker(Tracker):
             if evals:
                 files.append(
                     plot_eval_by_function(evals, Path(tmp) / "eval_by_function.png", title=self._title())
+                )
+            if len(val) > 1:
+                files.append(
+                    plot_reward_curves(
+                        {lang: fetch(name) for lang, name in val.items()},
+                        Path(tmp) / "val_by_language.png",
+                        "val/lang/<code>/mean",
+                        title=self._title(),
+                    )
+                )
+            if len(rewards) > 1:
+                panels = {lang: {fn: fetch(n) for fn, n in names.items()} for lang, names in rewards.items()}
+                files.append(
+                    plot_rewards_by_language(
+                        panels, Path(tmp) / "rewards_by_language.png", title=self._title()
+                    )
                 )
             for f in files:
                 with_retry(self.client.log_artifact, self.run_id, str(f), "plots")

@@ -81,6 +81,61 @@ def plot_reward_curves(curves: Mapping[str, Curve], path: Path, metric: str, tit
     return _save(plt, fig, path)
 
 
+# the learned reward model's score in a rewards-by-language panel (TRL: rewards/reward_model/...)
+RM_REWARD = "reward_model"
+
+
+def by_language(names: Sequence[str], prefix: str, suffix: str = "/mean") -> dict[str, dict[str, str]]:
+    """Metric names <prefix><a>/<language><suffix> grouped as {language: {a: name}}; `a` may be
+    empty (<prefix><language><suffix>, e.g. val/lang/sv/mean)."""
+    out: dict[str, dict[str, str]] = {}
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(suffix)):
+            continue
+        middle = name[len(prefix) : len(name) - len(suffix)]
+        head, _, language = middle.rpartition("/")
+        if language:
+            out.setdefault(language, {})[head] = name
+    return dict(sorted(out.items()))
+
+
+def plot_rewards_by_language(panels: Mapping[str, Mapping[str, Curve]], path: Path, title: str = "") -> Path:
+    """One panel per language, one line per reward function over global steps; a learned reward
+    model's normalised score (RM_REWARD) on its own right-hand axis, so where it and the rubric
+    part (reward hacking) shows at a glance."""
+    plt = _pyplot()
+    languages = [lang for lang, curves in panels.items() if any(curves.values())]
+    cols = min(3, len(languages))
+    rows = -(-len(languages) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    for ax in axes.flat[len(languages) :]:
+        ax.set_visible(False)
+    for ax, language in zip(axes.flat, languages, strict=False):
+        right = None
+        for name, curve in sorted(panels[language].items()):
+            if not curve:
+                continue
+            steps, values = zip(*curve, strict=True)
+            if name == RM_REWARD:
+                right = ax.twinx()
+                right.plot(steps, values, color="tab:red", linestyle="--", label=f"{name} (right axis)")
+                right.set_ylabel("RM score (normalised)", color="tab:red", fontsize=8)
+            else:
+                ax.plot(steps, values, label=name)
+        ax.set_title(language)
+        ax.set_xlabel("global step")
+        ax.xaxis.set_major_locator(_integer_ticks())
+        ax.grid(alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        if right is not None:
+            more = right.get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
+        ax.legend(handles, labels, fontsize=7, loc="lower right")
+    if title:
+        fig.suptitle(title)
+    return _save(plt, fig, path)
+
+
 def _save(plt: Any, fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)

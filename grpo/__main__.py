@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo.cli.preflight import Checked, exit_on_user_error, preflight
 from grpo.compose import run_config
 from grpo.config import register_schema, to_settings
-from grpo.files import register_new_dir_resolver
+from grpo.files import register_resolvers
 from grpo.run.distributed import (
     adopt_submitit_tasks,
     close_group,
@@ -34,7 +34,7 @@ from grpo.run.layout import SAVED_CONFIG, output_root
 from grpo.run.resume import ResumePlan, resumable
 
 register_schema()
-register_new_dir_resolver()
+register_resolvers()
 
 # what the preflight checked in this process: the Hydra task reuses its resume plan
 _checked: Checked | None = None

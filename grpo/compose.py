@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from grpo.config import GrpoConfig, register_schema, to_settings
-from grpo.files import register_new_dir_resolver
+from grpo.files import register_resolvers
 from grpo.run.resume import ResumePlan
 
 CONFIG_MODULE = "grpo.conf"
@@ -42,7 +42,7 @@ def compose(overrides: Sequence[str] = (), return_hydra_config: bool = False) ->
     from hydra import compose as hydra_compose
 
     register_schema()
-    register_new_dir_resolver()  # the run dir, resolved only when the hydra node is
+    register_resolvers()  # the run dir, resolved only when the hydra node is
     with _config_module():
         return hydra_compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=return_hydra_config)
 

@@ -162,15 +162,24 @@ def claim_new_dir(path: str | os.PathLike[str]) -> Path:
 NEW_DIR_RESOLVER = "grpo_new_dir"
 
 
-def register_new_dir_resolver() -> None:
-    """Register ${grpo_new_dir:path}. It is cached: a config resolves it once, and Hydra copies
-    that cache into every job of a sweep, so a sweep keeps one folder."""
+# resolver of files shipped inside the package (grpo/assets/<name>), e.g. a warm-start model
+ASSET_RESOLVER = "grpo_asset"
+ASSETS_DIR = Path(__file__).resolve().parent / "assets"
+
+
+def register_resolvers() -> None:
+    """Register ${grpo_new_dir:path} and ${grpo_asset:name}. grpo_new_dir is cached: a config
+    resolves it once, and Hydra copies that cache into every job of a sweep, so a sweep keeps one
+    folder. grpo_asset is the absolute path of grpo/assets/<name>, wherever the package lives and
+    whatever the working directory."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver(NEW_DIR_RESOLVER):
         OmegaConf.register_new_resolver(
             NEW_DIR_RESOLVER, lambda path: str(claim_new_dir(path)), use_cache=True
         )
+    if not OmegaConf.has_resolver(ASSET_RESOLVER):
+        OmegaConf.register_new_resolver(ASSET_RESOLVER, lambda name: str(ASSETS_DIR / str(name)))
 
 
 # ---- user data in JSONL, every row checked ------------------------------------------------------

@@ -437,3 +437,35 @@ def test_tokenizer_cache_loads_fast():
     start = time.perf_counter()
     tiny_tokenizer()
     assert time.perf_counter() - start < 0.5
+
+
+def test_the_shipped_warm_start_loads_offline_and_sorts_names(tmp_path):
+    """model=small_alphabet_sort (grpo/assets, scripts/build_warm_start.py) resolves to the package's
+    own copy from any working directory, loads as float32 and, unlike model=small's random weights,
+    writes sorted lists (the SFT model of the See it learn recipe scores ~0.5)."""
+    from grpo.envs import build_env
+    from grpo.evaluation.evaluator import evaluate
+    from grpo.files import ASSETS_DIR
+    from grpo.generation import make_backend
+
+    settings = load_settings(
+        [
+            "+experiment=alphabet_sort_cpu",
+            "tracking=none",
+            "env.num_train_examples=16",
+            "env.num_eval_examples=37",
+            "eval.num_examples=12",
+            "eval.rollouts_per_example=1",
+        ]
+    )
+    check(settings)
+    assert Path(settings.model.path) == ASSETS_DIR / "small_alphabet_sort_sft"
+    assert settings.stages == ["eval", "train", "eval"]
+    full = load_settings(["+experiment=alphabet_sort_cpu_full"])
+    assert full.model.name == "small" and full.stages == ["sft", "eval", "train", "eval"]
+    model, tokenizer = load_policy(settings.model)
+    assert next(model.parameters()).dtype == torch.float32
+    env = build_env(settings.env, settings.language)
+    backend = make_backend(settings.generation, model, tokenizer, settings.model)
+    result = evaluate(settings, env, backend, tmp_path / "eval", label="warm")
+    assert result.mean > 0.25

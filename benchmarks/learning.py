@@ -1,0 +1,284 @@
+"""The arms of the learning benchmarks, side by side in one process (imported by
+learning_alphabet_sort.py, learning_multilingual.py and learning_reward_model.py).
+
+Every policy is scored by the same evaluation: the first eval.num_examples rows of the env's eval
+split x eval.rollouts_per_example rollouts, seeded by eval.seed, scored by the env's rubric (the
+task reward; a run's extra training rewards, e.g. language consistency or a reward model, are not
+in it). The arms:
+
+    initial            the recipe's model before any training (model=small: random weights)
+    after SFT          the warm start; also the lr=0 control (GRPO with lr=0 keeps these weights,
+                       and the evaluation is seeded, so it would score exactly this)
+    after GRPO s<k>    trainer.max_steps of GRPO from the SFT checkpoint, trainer.seed=k
+    more SFT           SFT continued from the same checkpoint for the wall-clock time of one GRPO
+                       run (the mean over the seeds; steps = that time / the SFT's seconds per step):
+                       "does GRPO beat spending the same time on more SFT?"
+
+Differences are paired: per example, the mean over its rollouts (over both seeds for "GRPO"),
+then the mean and standard error of the per-example differences, overall and per language.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+@dataclass
+class Arm:
+    label: str
+    # example -> its rollouts' rubric rewards (the same examples, in the same order, in every arm)
+    rewards: list[list[float]]
+    seconds: float
+    note: str = ""
+    # validation curves of a GRPO arm: metric name -> [(step, value)]
+    curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+
+
+def paired(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], keep: Sequence[bool] | None = None):
+    """Mean of a - b over examples (each example's mean over its rollouts) and its standard error."""
+    diffs = [
+        statistics.fmean(x) - statistics.fmean(y)
+        for i, (x, y) in enumerate(zip(a, b, strict=True))
+        if keep is None or keep[i]
+    ]
+    sem = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else math.nan
+    return statistics.fmean(diffs), sem
+
+
+def merged(*arms: Arm) -> list[list[float]]:
+    """Each example's rollouts of several arms together (e.g. both GRPO seeds)."""
+    return [[v for arm in arms for v in arm.rewards[i]] for i in range(len(arms[0].rewards))]
+
+
+def mean_of(rewards: Sequence[Sequence[float]], keep: Sequence[bool]) -> float:
+    return statistics.fmean(v for i, row in enumerate(rewards) if keep[i] for v in row)
+
+
+def recorder() -> Any:
+    """A tracker that keeps every metric it is given (validation and training curves), in memory."""
+    from grpo.tracking.base import NullTracker
+
+    class Recorder(NullTracker):
+        def __init__(self) -> None:
+            self.curves: dict[str, list[tuple[int, float]]] = {}
+
+        def log_metrics(self, metrics, step: int) -> None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                    self.curves.setdefault(k, []).append((int(step), float(v)))
+
+    return Recorder()
+
+
+class Bench:
+    """The recipe's settings and env, and each arm run and scored."""
+
+    def __init__(self, overrides: Sequence[str]):
+        import torch
+
+        from grpo.envs import build_env
+
+        if os.environ.get("GRPO_BENCH_THREADS"):
+            torch.set_num_threads(int(os.environ["GRPO_BENCH_THREADS"]))
+        self.overrides = [*overrides, "tracking=none"]
+        self.settings = self.variant()
+        self.env = build_env(self.settings.env, self.settings.language)
+        rows = self.env.rows("eval", self.settings.eval.num_examples)
+        self.languages = [row.language for row in rows]
+        self.out = Path(tempfile.mkdtemp(prefix="grpo-learning-"))
+        self.arms: dict[str, Arm] = {}
+        self.sft_path: Path | None = None
+        self.sft_seconds_per_step = math.nan
+
+    def variant(self, *more: str) -> Any:
+        """The recipe's settings with `more` overrides (checked), evaluation tables not printed."""
+        from grpo.cli.checks import check
+        from grpo.compose import load_settings
+
+        settings = load_settings([*self.overrides, *more])
+        check(settings)
+        return dataclasses.replace(settings, eval=dataclasses.replace(settings.eval, show_examples=False))
+
+    # ---- scoring ---------------------------------------------------------------------------
+
+    def score(self, label: str, model: Any, tokenizer: Any, seconds: float, note: str = "", **extra) -> Arm:
+        from grpo.evaluation.evaluator import evaluate
+        from grpo.generation import make_backend
+
+        backend = make_backend(self.settings.generation, model, tokenizer, self.settings.model)
+        result = evaluate(self.settings, self.env, backend, self.out / f"eval_{label}", label=label)
+        if len(result.rewards) != len(self.languages):
+            raise RuntimeError(
+                f"{label}: {len(result.rewards)} examples scored, expected {len(self.languages)}"
+            )
+        arm = Arm(label, result.rewards, seconds, note, **extra)
+        self.arms[label] = arm
+        print(f"[bench] {label}: mean {result.mean:.4f} ({seconds:.0f} s)", flush=True)
+        return arm
+
+    # ---- arms ------------------------------------------------------------------------------
+
+    def initial(self) -> tuple[Any, Any]:
+        """The recipe's starting model, before any training (model=small: random weights)."""
+        from grpo.models import load_policy
+
+        model, tokenizer = load_policy(self.settings.model)
+        m = self.settings.model
+        note = "random weights" if m.source == "random" else f"{m.name} ({m.path})"
+        self.score("initial", model, tokenizer, 0.0, f"the starting model: {note}")
+        return model, tokenizer
+
+    def sft(self, model: Any, tokenizer: Any, reuse: str | None = None) -> Arm:
+        """The warm start (or `reuse`: the sft dir of an earlier run of the same recipe)."""
+        from grpo.models import load_policy
+        from grpo.run.layout import SFT_META_FILE
+        from grpo.sft.train import train_sft
+
+        if reuse:
+            self.sft_path = Path(reuse).resolve()
+            meta = json.loads((self.sft_path / SFT_META_FILE).read_text())
+            seconds, steps = float(meta["seconds"]), int(meta["global_step"])
+            model, tokenizer = load_policy(self.sft_model())
+            note = f"reused {self.sft_path}"
+        else:
+            start = time.perf_counter()
+            result = train_sft(self.settings, self.env, self.out / "sft", model=model, tokenizer=tokenizer)
+            seconds, steps = time.perf_counter() - start, result.global_step
+            self.sft_path, model, tokenizer = result.path, result.model, result.tokenizer
+            note = f"{steps} steps"
+        self.sft_seconds_per_step = seconds / max(steps, 1)
+        return self.score("sft", model, tokenizer, seconds, f"{note}; also the lr=0 control")
+
+    def sft_model(self) -> Any:
+        from grpo.config import ModelConfig
+
+        return ModelConfig(
+            name="sft", source="pretrained", path=str(self.sft_path), seed=self.settings.model.seed
+        )
+
+    def grpo(self, label: str, seed: int, settings: Any = None, rewards: Any = None) -> Arm:
+        """GRPO from the SFT checkpoint with trainer.seed=`seed` (and `settings` / `rewards` when given)."""
+        from grpo.models import load_policy
+        from grpo.train.trainer import train
+
+        base = settings or self.settings
+        run = dataclasses.replace(
+            base, model=self.sft_model(), trainer=dataclasses.replace(base.trainer, seed=seed)
+        )
+        model, tokenizer = load_policy(run.model)
+        tracker = recorder()
+        start = time.perf_counter()
+        trained = train(run, self.env, self.out / label, model=model, tokenizer=tokenizer, rewards=rewards,
+                        tracker=tracker)  # fmt: skip
+        seconds = time.perf_counter() - start
+        note = f"{trained.global_step} steps, seed {seed}"
+        if trained.best is not None:
+            note += f", best validation checkpoint (step {trained.best.global_step})"
+        return self.score(label, trained.model, trained.tokenizer, seconds, note, curves=tracker.curves)
+
+    def more_sft(self, seconds: float) -> Arm:
+        """SFT continued from the SFT checkpoint for `seconds` of training (at the SFT's speed)."""
+        from grpo.models import load_policy
+        from grpo.sft.train import train_sft
+
+        steps = max(1, round(seconds / self.sft_seconds_per_step))
+        f = self.settings.sft
+        # the same recipe, a new pass over the demonstrations in another order, no second warm-up
+        more = dataclasses.replace(
+            self.settings, sft=dataclasses.replace(f, max_steps=steps, seed=f.seed + 1, warmup=0)
+        )
+        model, tokenizer = load_policy(self.sft_model())
+        start = time.perf_counter()
+        result = train_sft(more, self.env, self.out / "more_sft", model=model, tokenizer=tokenizer)
+        took = time.perf_counter() - start
+        return self.score("more_sft", result.model, result.tokenizer, took, f"{steps} more SFT steps")
+
+    # ---- the report ------------------------------------------------------------------------
+
+    def report(self, title: str, grpo_labels: Sequence[str], control: str = "more_sft") -> dict[str, float]:
+        """Print the per-language table of every arm and the paired gains; returns language -> GRPO − SFT."""
+        arms = self.arms
+        grpo = merged(*(arms[k] for k in grpo_labels))
+        codes = sorted(set(self.languages))
+        groups = [("all", [True] * len(self.languages))] + (
+            [(c, [lang == c for lang in self.languages]) for c in codes] if len(codes) > 1 else []
+        )
+        r = self.settings.eval.rollouts_per_example
+        print(f"\n{title}")
+        print(
+            f"{len(self.languages)} eval rows x {r} rollouts (temperature {self.settings.eval.temperature}), "
+            f"scored by the rubric; {os.environ.get('GRPO_BENCH_THREADS') or 'default'} torch threads; {self.out}"
+        )
+        print(f"{'policy':<12} {'seconds':>8}  note")
+        for arm in arms.values():
+            print(f"{arm.label:<12} {arm.seconds:>8.0f}  {arm.note}")
+        labels = [k for k in arms]
+        header = f"{'language':<9} {'rows':>5} " + " ".join(f"{k:>9}" for k in labels) + f" {'GRPO':>9}"
+        header += f"  {'GRPO-SFT (SE)':>16}  {'GRPO-moreSFT (SE)':>18}"
+        print(header)
+        gains: dict[str, float] = {}
+        for name, keep in groups:
+            cells = " ".join(f"{mean_of(arms[k].rewards, keep):>9.4f}" for k in labels)
+            g, g_se = paired(grpo, arms["sft"].rewards, keep)
+            line = f"{name:<9} {sum(keep):>5} {cells} {mean_of(grpo, keep):>9.4f}  {g:>+8.4f} ({g_se:.4f})"
+            if control in arms:
+                c, c_se = paired(grpo, arms[control].rewards, keep)
+                line += f"  {c:>+9.4f} ({c_se:.4f})"
+            print(line)
+            gains[name] = g
+        for k in grpo_labels:
+            g, se = paired(arms[k].rewards, arms["sft"].rewards)
+            print(f"{k} - sft: {g:+.4f} (SE {se:.4f})")
+        return gains
+
+    def gain_table(self, labels: Sequence[str], base: str = "sft") -> dict[str, dict[str, float]]:
+        """Per language, each arm's mean and its paired gain over `base`; returns arm -> language -> gain."""
+        codes = sorted(set(self.languages))
+        groups = [("all", [True] * len(self.languages))] + [
+            (c, [x == c for x in self.languages]) for c in codes
+        ]
+        print(
+            f"{'language':<9} {'rows':>5} {base:>9} "
+            + " ".join(f"{k + ' - ' + base + ' (SE)':>28}" for k in labels)
+        )
+        out: dict[str, dict[str, float]] = {k: {} for k in labels}
+        for name, keep in groups:
+            cells = []
+            for k in labels:
+                g, se = paired(self.arms[k].rewards, self.arms[base].rewards, keep)
+                out[k][name] = g
+                cells.append(f"{mean_of(self.arms[k].rewards, keep):.4f} {g:+.4f} ({se:.4f})".rjust(28))
+            print(
+                f"{name:<9} {sum(keep):>5} {mean_of(self.arms[base].rewards, keep):>9.4f} " + " ".join(cells)
+            )
+        return out
+
+    def arms_line(self) -> None:
+        print(f"{'policy':<16} {'seconds':>8}  note")
+        for arm in self.arms.values():
+            print(f"{arm.label:<16} {arm.seconds:>8.0f}  {arm.note}")
+
+
+def split_args(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """--name=value options of the script, and the Hydra overrides."""
+    options, overrides = {}, []
+    for a in argv:
+        if a.startswith("--") and "=" in a:
+            k, v = a[2:].split("=", 1)
+            options[k] = v
+        else:
+            overrides.append(a)
+    return options, overrides

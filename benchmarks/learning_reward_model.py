@@ -21,7 +21,9 @@ process (benchmarks/learning.py):
     --plot=PATH (default docs/learning_reward_model.png). A `python -m grpo` run with
     tracking=mlflow logs the same plot as plots/rewards_by_language.png.
 
-    python benchmarks/learning_reward_model.py [--sft=DIR] [--plot=PATH] [overrides ...]
+    python benchmarks/learning_reward_model.py [--sft=DIR] [--plot=PATH] [--arms=rm_only,...] [overrides ...]
+
+--arms: which GRPO arms, in order (default rm_only,rm_only_global,rubric_rm,rubric).
 
 Last line: `rm_gain: X` (mean rubric reward of rm_only minus the SFT model's).
 """
@@ -70,9 +72,13 @@ def main(argv: list[str]) -> None:
     )
     rm_seconds = time.perf_counter() - began
 
-    bench.grpo("rubric", 0)
-    for label, more in ARMS.items():
-        bench.grpo(label, 0, settings=bench.variant(*more, f"reward_model.checkpoints=[{rm.path}]"))
+    arms = options.get("arms", ",".join([*ARMS, "rubric"])).split(",")
+    for label in arms:
+        if label == "rubric":
+            bench.grpo("rubric", 0)
+        else:
+            more = ARMS[label]
+            bench.grpo(label, 0, settings=bench.variant(*more, f"reward_model.checkpoints=[{rm.path}]"))
 
     members = ",".join(bench.settings.language.members or [])
     print(f"\nThe reward model in the loop: alphabet-sort in {members} (model {bench.settings.model.name})")
@@ -87,7 +93,7 @@ def main(argv: list[str]) -> None:
         "scored by the rubric (the task reward)"
     )
     bench.arms_line()
-    gains = bench.gain_table(["rubric", *ARMS])
+    gains = bench.gain_table(arms)
 
     rubric_names = {f.name for f in bench.env.rubric.funcs}
     curves = bench.arms["rm_only"].curves
@@ -104,7 +110,7 @@ def main(argv: list[str]) -> None:
     rm_only = {k: v for k, v in gains["rm_only"].items() if k != "all"}
     print(
         f"rm_only: mean {gains['rm_only']['all']:+.4f}, lowest language {min(rm_only.values()):+.4f}; "
-        f"rm_only_global: mean {gains['rm_only_global']['all']:+.4f}; whole benchmark "
+        f"rm_only_global: mean {gains.get('rm_only_global', {}).get('all', float('nan')):+.4f}; whole benchmark "
         f"{(time.perf_counter() - start) / 60:.1f} min"
     )
     print(f"rm_gain: {gains['rm_only']['all']:.4f}")

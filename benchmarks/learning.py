@@ -36,6 +36,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
+# the five-language recipe with 500 eval rows (~100 per language) and the 50 validation rows after
+# them (learning_multilingual.py, learning_reward_model.py)
+MULTILINGUAL = [
+    "+experiment=alphabet_sort_multilingual",
+    "eval.num_examples=500",
+    "env.num_eval_examples=550",
+]
+
+
 @dataclass
 class Arm:
     label: str

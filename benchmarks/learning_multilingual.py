@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning import Bench, split_args  # noqa: E402
+from learning import MULTILINGUAL, Bench, split_args  # noqa: E402
 
 from grpo.tracking.plots import by_language, plot_reward_curves  # noqa: E402
 
@@ -39,15 +39,7 @@ SEEDS = (0, 1)
 def main(argv: list[str]) -> None:
     options, overrides = split_args(argv)
     start = time.perf_counter()
-    # 500 eval rows (~100 per language) and the 50 validation rows after them
-    bench = Bench(
-        [
-            "+experiment=alphabet_sort_multilingual",
-            "eval.num_examples=500",
-            "env.num_eval_examples=550",
-            *overrides,
-        ]
-    )
+    bench = Bench([*MULTILINGUAL, *overrides])
     model, tokenizer = bench.initial()
     bench.sft(model, tokenizer, reuse=options.get("sft"))
     grpo = [bench.grpo(f"grpo_s{seed}", seed) for seed in SEEDS]

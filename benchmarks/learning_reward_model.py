@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning import Bench, split_args  # noqa: E402
+from learning import MULTILINGUAL, Bench, split_args  # noqa: E402
 
 from grpo.tracking.plots import RM_REWARD, by_language, plot_rewards_by_language  # noqa: E402
 
@@ -52,15 +52,7 @@ def main(argv: list[str]) -> None:
 
     options, overrides = split_args(argv)
     start = time.perf_counter()
-    bench = Bench(
-        [
-            "+experiment=alphabet_sort_multilingual",
-            "eval.num_examples=500",
-            "env.num_eval_examples=550",
-            "trainer.keep_best=false",
-            *overrides,
-        ]
-    )
+    bench = Bench([*MULTILINGUAL, "trainer.keep_best=false", *overrides])
     if options.get("sft"):
         bench.sft(None, None, reuse=options["sft"])
     else:

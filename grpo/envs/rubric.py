@@ -9,7 +9,9 @@ A reward function takes the keyword arguments `completion` (the turns after the 
 
 The safe-reward policy (`score_reward`), whatever the model wrote:
   - an exception, NaN or a non-number (a string included) scores 0.0: garbage output never stops a
-    run, it just earns nothing;
+    run, it just earns nothing. An exception is never silent: `checked_score` hands it back, the
+    rubric and the training adapter count it per function (`RewardErrors`; training logs
+    `rewards/<name>/errors`) and the first one of each function is logged in one warning line;
   - a number is clipped to [0, 1] (inf to 1, -inf to 0);
   - None means "does not apply to this completion" and is kept as None.
 How a None counts, the same in training and evaluation:
@@ -34,6 +36,7 @@ score function the same fields: a reward reads the same keys in training and in 
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +45,7 @@ from typing import Any
 from grpo.errors import UserError
 
 RewardFn = Callable[..., Any]
+log = logging.getLogger(__name__)
 
 # the fields a batched reward function reads, per completion (see the module docstring)
 COMPLETION_FIELD = "rollout_completion"  # the episode's messages after the prompt
@@ -86,17 +90,51 @@ class RewardFunc:
 def score_reward(fn: RewardFn, **kwargs: Any) -> float | None:
     """One call of a reward function under the safe-reward policy (see the module docstring): a
     float in [0, 1], or None when the function says the completion is not its business."""
+    return checked_score(fn, kwargs)[0]
+
+
+def checked_score(fn: RewardFn, kwargs: dict[str, Any]) -> tuple[float | None, Exception | None]:
+    """`score_reward`, and the exception `fn` raised (None when it returned): a raising function
+    scores 0.0, and the caller decides how the error is made visible (`RewardErrors`)."""
     try:
         value = fn(**kwargs)
         if value is None:
-            return None
+            return None, None
         # float() would also read a numeric string: a text is no score
         value = float(value) if not isinstance(value, (str, bytes)) else math.nan
-    except Exception:
-        return 0.0
+    except Exception as ex:
+        return 0.0, ex
     if value != value:  # NaN
-        return 0.0
-    return 1.0 if value > 1.0 else (value if value > 0.0 else 0.0)
+        return 0.0, None
+    return (1.0 if value > 1.0 else (value if value > 0.0 else 0.0)), None
+
+
+class RewardErrors:
+    """Exceptions of reward functions, counted per function name; the first of each function is
+    logged as one warning line (its type and message), the rest only counted. `counts` is the
+    total since the start, `take()` the counts since its last call (what one logging step saw)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._since: dict[str, int] = {}
+
+    def record(self, name: str, error: Exception) -> None:
+        if name not in self.counts:
+            message = " ".join(str(error).split())[:300]
+            log.warning(
+                "reward function %s raised %s%s; that completion scores 0 (further errors are only "
+                "counted: rewards/%s/errors)",
+                name,
+                type(error).__name__,
+                f": {message}" if message else "",
+                name,
+            )
+        self.counts[name] = self.counts.get(name, 0) + 1
+        self._since[name] = self._since.get(name, 0) + 1
+
+    def take(self) -> dict[str, int]:
+        since, self._since = self._since, {}
+        return since
 
 
 class Rubric:
@@ -111,14 +149,22 @@ class Rubric:
                 f"{', '.join(repeated)}; rename one"
             )
         self.funcs = funcs
+        self.errors = RewardErrors()
 
     @property
     def names(self) -> list[str]:
         return [f.name for f in self.funcs]
 
     def score(self, **rollout: Any) -> dict[str, float | None]:
-        """Each function's score for one rollout (`score_reward`: a float in [0, 1] or None)."""
-        return {f.name: score_reward(f.fn, **rollout) for f in self.funcs}
+        """Each function's score for one rollout (`score_reward`: a float in [0, 1] or None); an
+        exception is recorded in `self.errors`."""
+        return {f.name: self.score_one(f, rollout) for f in self.funcs}
+
+    def score_one(self, func: RewardFunc, rollout: dict[str, Any]) -> float | None:
+        value, error = checked_score(func.fn, rollout)
+        if error is not None:
+            self.errors.record(func.name, error)
+        return value
 
     def total(self, scores: dict[str, float | None]) -> float:
         """The rollout's reward: the weighted sum of the scores, a None counting 0 (as in TRL)."""

@@ -27,7 +27,7 @@ from typing import Any
 
 from grpo.config import GrpoConfig
 from grpo.envs.base import Environment, Row
-from grpo.envs.rubric import COMPLETION_FIELD, RESERVED_KEYS, RewardFunc, Rubric, reward_fields, score_reward
+from grpo.envs.rubric import COMPLETION_FIELD, RESERVED_KEYS, RewardFunc, Rubric, reward_fields
 from grpo.errors import UserError
 from grpo.evaluation.report import eval_header, eval_metadata, format_report, printable_header
 from grpo.evaluation.summary import EvalResult, summarize
@@ -95,19 +95,20 @@ def _finite(value: Any) -> float | None:
 
 def score_rollout(
     env: Environment,
+    rubric: Rubric,
     extras: Sequence[RewardFunc],
     row: Row,
     completion: list[dict[str, str]],
     state: dict[str, Any],
 ) -> dict[str, float | None]:
     """Per-function scores of one rollout (`score_reward`: a float in [0, 1], or None where a
-    function does not apply): the env's own `score`, then each extra function, called with the
-    keywords training passes to rubric functions (prompt, completion, info, state)."""
+    function does not apply): the env's own `score`, then each extra function of `rubric` (the
+    combined rubric: its `errors` count the extras' exceptions), called with the keywords training
+    passes to rubric functions (prompt, completion, info, state)."""
     scores = dict(env.score(row, completion, state))
+    rollout = {"prompt": row.prompt, "completion": completion, "info": row.info, "state": state}
     for f in extras:
-        scores[f.name] = score_reward(
-            f.fn, prompt=row.prompt, completion=completion, info=row.info, state=state
-        )
+        scores[f.name] = rubric.score_one(f, rollout)
     return scores
 
 
@@ -215,7 +216,15 @@ def evaluate_rows(
         max_completion_tokens=max_completion_tokens,
         progress=progress,
     )
+    # the exceptions of this evaluation only: the env's rubric (its own `score`) and the extras
+    counters = [c for c in (getattr(env.rubric, "errors", None), rubric.errors) if c is not None]
+    for counter in counters:
+        counter.take()
     records = [_record(env, rubric, extras, ro) for ro in rollouts]
+    errors: dict[str, int] = {}
+    for counter in counters:
+        for name, count in counter.take().items():
+            errors[name] = errors.get(name, 0) + count
     for name, values in score_columns(score_funcs, rollouts).items():
         for record, value in zip(records, values, strict=True):
             record[name] = value
@@ -227,6 +236,7 @@ def evaluate_rows(
         records, rubric, label, r, results_path, metadata_path, seconds, [f.name for f in score_funcs]
     )
     result.task = env.name
+    result.errors = errors
     if out_dir is None:
         return result
     write_jsonl_atomic(results_path, records)
@@ -243,7 +253,7 @@ def _record(env: Environment, rubric: Rubric, extras: Sequence[RewardFunc], roll
     """One results.jsonl line: the episode, its ground truth, every function's score (null where it
     does not apply) and the total (`Rubric.total`: a null counts 0)."""
     row: Row = rollout.row
-    scores = score_rollout(env, extras, row, rollout.completion, rollout.state)
+    scores = score_rollout(env, rubric, extras, row, rollout.completion, rollout.state)
     return {
         "example_id": row.id,
         "rollout_index": rollout.rollout_index,

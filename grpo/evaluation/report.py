@@ -31,6 +31,8 @@ def format_report(result: EvalResult, header: dict[str, Any], show_examples: boo
     for name, value in result.per_function.items():
         weight = result.weights.get(name)
         suffix = f"  (weight {weight:g})" if weight is not None else ""
+        if result.errors.get(name):
+            suffix += f"  raised on {result.errors[name]} of {result.n * result.r} rollouts (scored 0)"
         lines.append(f"  {name:<{width}}  {value:.4f} ± {result.per_function_std[name]:.4f}{suffix}")
     for name, stats in result.scores.items():
         lines.append(
@@ -110,6 +112,7 @@ def eval_metadata(
         "reward_weights": result.weights,
         "per_function": result.per_function,
         "per_function_std": result.per_function_std,
+        "reward_errors": result.errors,
         "per_language": result.per_language,
         "pass_at_k": result.pass_at_k,
         "scores": result.scores,

@@ -73,10 +73,12 @@ class EvalResult:
     dataset_path: Path | None = None
     # the environment evaluated (the dataset's `task` column)
     task: str = ""
+    # reward function name -> rollouts whose score raised (scored 0); only functions that raised
+    errors: dict[str, int] = field(default_factory=dict)
 
     def to_metrics(self, prefix: str = "") -> dict[str, float]:
         """Flat metric names (MLflow-safe: no '@'), e.g. mean, std, func/<name>, func/<name>/std,
-        lang/<code>/mean, pass_at_<k>, score/<name>/mean|std, score/<name>/lang/<code>, seconds;
+        func/<name>/errors (only for a function that raised), lang/<code>/mean, pass_at_<k>, score/<name>/mean|std, score/<name>/lang/<code>, seconds;
         `prefix` is prepended to every name."""
         m: dict[str, float] = {
             "mean": self.mean,
@@ -88,6 +90,8 @@ class EvalResult:
         for name, value in self.per_function.items():
             m[f"func/{name}"] = value
             m[f"func/{name}/std"] = self.per_function_std[name]
+        for name, count in self.errors.items():
+            m[f"func/{name}/errors"] = count
         for code, stats in self.per_language.items():
             for key in ("mean", "std", "count"):
                 m[f"lang/{code}/{key}"] = float(stats[key])

@@ -17,7 +17,10 @@ language as `rewards/<name>/<language>/mean`.
 Values follow the one safe-reward policy of grpo/envs/rubric.py (`score_reward`, shared with the
 evaluator): clipped to [0, 1], an exception, NaN or non-number scores 0, and None (the function
 does not apply) is passed to TRL as is, which leaves it out of that function's mean and counts it
-0 in the weighted sum.
+0 in the weighted sum. An exception is counted: every call logs `rewards/<name>/errors` (the
+completions of that batch whose score raised; TRL averages it over a logging step's batches), the
+first one is logged as one warning line, and `take_window()` tells the progress printer whether
+every completion since its last line raised (its zero-signal hint then names the function).
 """
 
 from __future__ import annotations
@@ -30,18 +33,27 @@ from grpo.envs.rubric import (
     INFO_FIELD,
     LANGUAGE_FIELD,
     STATE_FIELD,
+    RewardErrors,
     RewardFunc,
     Rubric,
-    score_reward,
+    checked_score,
 )
 
 
 class RubricReward:
     """A TRL reward function wrapping one rubric function."""
 
-    def __init__(self, func: RewardFunc):
+    def __init__(self, func: RewardFunc, errors: RewardErrors | None = None):
         self.func = func
         self.__name__ = func.name  # TRL's metric name (trl.trainer.utils.get_callable_name)
+        self.errors = errors if errors is not None else RewardErrors()
+        # completions scored and completions whose score raised, since the last take_window()
+        self._window = [0, 0]
+
+    def take_window(self) -> tuple[int, int]:
+        """(completions scored, of which raised) since the last call."""
+        window, self._window = tuple(self._window), [0, 0]
+        return window
 
     def __repr__(self) -> str:
         return f"RubricReward({self.func.name!r}, weight={self.func.weight})"
@@ -56,20 +68,30 @@ class RubricReward:
         states = kwargs.get(STATE_FIELD)
         infos = kwargs.get(INFO_FIELD)
         rewards: list[float | None] = []
+        raised = 0
         for i, prompt in enumerate(prompts):
             # Without our rollout function (e.g. a plain TRL generation), fall back to TRL's own
             # decoding, wrapped as the single assistant turn it is.
             completion = episodes[i] if episodes is not None else _as_messages(completions[i])
-            rewards.append(
-                score_reward(
-                    self.func.fn,
-                    prompt=prompt,
-                    completion=completion,
-                    info=infos[i] if infos is not None else {},
-                    state=states[i] if states is not None else {},
-                )
+            value, error = checked_score(
+                self.func.fn,
+                {
+                    "prompt": prompt,
+                    "completion": completion,
+                    "info": infos[i] if infos is not None else {},
+                    "state": states[i] if states is not None else {},
+                },
             )
-        log_per_language(self.func.name, rewards, kwargs.get(LANGUAGE_FIELD), kwargs.get("log_metric"))
+            if error is not None:
+                raised += 1
+                self.errors.record(self.func.name, error)
+            rewards.append(value)
+        self._window[0] += len(rewards)
+        self._window[1] += raised
+        log_metric = kwargs.get("log_metric")
+        if log_metric is not None:
+            log_metric(f"rewards/{self.func.name}/errors", float(raised))
+        log_per_language(self.func.name, rewards, kwargs.get(LANGUAGE_FIELD), log_metric)
         return rewards
 
 
@@ -97,5 +119,7 @@ def rubric_reward_funcs(funcs: Sequence[RewardFunc]) -> tuple[list[Any], list[fl
     A function that is already a batched TRL reward function (`fn.trl_batched`, e.g. a learned
     reward model) is passed through as is."""
     rubric = Rubric(list(funcs))
-    adapters = [f.fn if getattr(f.fn, "trl_batched", False) else RubricReward(f) for f in rubric.funcs]
+    adapters = [
+        f.fn if getattr(f.fn, "trl_batched", False) else RubricReward(f, rubric.errors) for f in rubric.funcs
+    ]
     return adapters, [float(f.weight) for f in rubric.funcs]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,14 @@ from grpo.run.distributed import world_size
 from grpo.train.monitors import compact
 
 
-def progress_printer(settings: GrpoConfig, env: Any, resume_from: Path | None) -> Any:
+def progress_printer(
+    settings: GrpoConfig, env: Any, resume_from: Path | None, reward_funcs: Sequence[Any] = ()
+) -> Any:
     """A transformers TrainerCallback printing the header when training starts, then one line per
     logging step: step, reward, per-function rewards, KL, loss, length, monitors, speed, ETA; and
-    the zero-signal hint, once."""
+    the zero-signal hint, once. `reward_funcs`: the TRL reward functions; those that count their
+    exceptions (`take_window`, grpo/rewards/rubric.py) let the hint name a function that raised on
+    every completion of the step instead of blaming the model."""
     from transformers import TrainerCallback
 
     header = train_header(settings, env, resume_from)
@@ -44,6 +49,7 @@ def progress_printer(settings: GrpoConfig, env: Any, resume_from: Path | None) -
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if not logs or "reward" not in logs:
                 return
+            windows = {f.__name__: f.take_window() for f in reward_funcs if hasattr(f, "take_window")}
             self.last = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
             if not state.is_world_process_zero:
                 return
@@ -66,7 +72,9 @@ def progress_printer(settings: GrpoConfig, env: Any, resume_from: Path | None) -
             print("[train] " + " | ".join(parts), flush=True)
             zero_std = logs.get("frac_reward_zero_std")
             if not self.hinted and isinstance(zero_std, (int, float)) and zero_std >= 1.0:
-                print(zero_signal_hint(state.global_step), flush=True)
+                failing = [name for name, (scored, raised) in windows.items() if scored and raised == scored]
+                hint = reward_error_hint if failing else zero_signal_hint
+                print(hint(state.global_step, *failing), flush=True)
                 self.hinted = True
 
     return ProgressPrinter()
@@ -81,6 +89,17 @@ def zero_signal_hint(step: int) -> str:
         "model that never produces a scorable answer); warm the model up first with "
         "stages=[sft,eval,train,eval] (supervised fine-tuning on the env's reference answers; the CPU "
         "recipe for alphabet_sort: +experiment=alphabet_sort_cpu), or use a stronger model / an easier env"
+    )
+
+
+def reward_error_hint(step: int, *names: str) -> str:
+    """The zero-signal hint when the cause is a reward function, not the model: every completion
+    of the step was scored 0 because `names` raised on each."""
+    which = ", ".join(names)
+    return (
+        f"hint: GRPO has no signal at step {step} because reward function {which} raised on every "
+        "completion (each scored 0; the first error is the warning above, the count is "
+        f"rewards/<name>/errors): fix the reward function, the model is not the cause"
     )
 
 

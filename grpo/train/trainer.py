@@ -142,7 +142,7 @@ def build_trainer(
 
     from trl import GRPOTrainer
 
-    printer = progress_printer(settings, env, resume_from)
+    printer = progress_printer(settings, env, resume_from, reward_funcs)
     rollout = EnvRolloutFunc(
         env, index, tokenizer, settings.generation, settings.model, rewards.language_score
     )

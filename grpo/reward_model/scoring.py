@@ -2,7 +2,8 @@
 
 One rendering for training pairs and GRPO completions alike: the prompt messages followed by the
 whole (possibly multi-turn) completion, through the RM tokenizer's chat template (a tokenizer
-without one, e.g. an encoder, gets "role: content" lines), with the language tag in front (and, for
+without one, e.g. an encoder, or a template that rejects a conversation, gets "role: content" lines,
+said once in a warning line), with the language tag in front (and, for
 RMs trained since tag_at_end, at the end too: a decoder reads its score there). A sequence longer
 than max_length keeps its head (special tokens and the tag) and its END (the last answer and the
 closing tag) and loses the middle.
@@ -14,12 +15,14 @@ special-token strings) renders and scores without raising.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grpo.reward_model.backbone import lang_tag
 
 Messages = list[dict[str, str]]
+log = logging.getLogger(__name__)
 
 
 def _clean(text: str) -> str:
@@ -51,15 +54,25 @@ def as_conversation(value: Any, default_role: str) -> Messages:
     return [msg for m in value if (msg := _message(m, default_role)) is not None]
 
 
-def render_conversation(tokenizer: Any, messages: Messages, chat_template_kwargs: Mapping[str, Any]) -> str:
-    """The conversation as text through the chat template; plain role lines without one."""
-    if getattr(tokenizer, "chat_template", None):
-        try:
-            return tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=False, **dict(chat_template_kwargs)
-            )
-        except Exception:  # a template that rejects this shape of conversation: fall back below
-            pass
+def render_conversation(
+    tokenizer: Any, messages: Messages, chat_template_kwargs: Mapping[str, Any]
+) -> tuple[str, str | None]:
+    """The conversation as text through the chat template, or as plain "role: content" lines, and
+    why it fell back to those (None when the template rendered it): the tokenizer has no chat
+    template, or the template raised on this conversation (its error)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return _plain(messages), "the reward model's tokenizer has no chat template"
+    try:
+        text = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=False, **dict(chat_template_kwargs)
+        )
+        return text, None
+    except Exception as ex:  # a template that rejects this shape of conversation
+        message = " ".join(str(ex).split())[:200]
+        return _plain(messages), f"its chat template raised {type(ex).__name__}: {message}"
+
+
+def _plain(messages: Messages) -> str:
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
@@ -79,6 +92,7 @@ class SequenceEncoder:
         self.tag_token = bool(tag_token)
         self.tag_at_end = self.tag_token and bool(tag_at_end)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._fallbacks_said: set[str] = set()
         # special tokens the tokenizer wraps every text in (an encoder's <s> ... </s>): kept on truncation
         plain = tokenizer("a", add_special_tokens=False)["input_ids"]
         wrapped = tokenizer("a", add_special_tokens=True)["input_ids"]
@@ -92,10 +106,21 @@ class SequenceEncoder:
 
     def text(self, prompt: Any, completion: Any, language: str) -> str:
         messages = as_conversation(prompt, "user") + as_conversation(completion, "assistant")
-        body = render_conversation(self.tokenizer, messages, self.chat_template_kwargs)
+        body, fallback = render_conversation(self.tokenizer, messages, self.chat_template_kwargs)
+        if fallback is not None:
+            self._say_fallback(fallback)
         if not self.tag_token:
             return body
         return lang_tag(language) + body + (lang_tag(language) if self.tag_at_end else "")
+
+    def _say_fallback(self, reason: str) -> None:
+        """One warning line per kind of fallback (no template; a template that raised), so a user
+        knows the RM reads plain role lines, here and wherever this encoder renders."""
+        kind = "template raised" if getattr(self.tokenizer, "chat_template", None) else "no template"
+        if kind in self._fallbacks_said:
+            return
+        self._fallbacks_said.add(kind)
+        log.warning('reward model input: %s; conversations are rendered as "role: content" lines', reason)
 
     def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
         if not texts:

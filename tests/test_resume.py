@@ -170,3 +170,32 @@ def test_latest_checkpoint_skips_incomplete_ones(tmp_path):
         latest_checkpoint(tmp_path)
     with pytest.raises(UserError, match="no such directory"):
         latest_checkpoint(tmp_path / "missing")
+
+
+def test_a_resume_without_the_saved_config_says_it_cannot_check_the_settings(tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from grpo.run.resume import ResumePlan
+
+    # a run made from Python: a complete GRPO checkpoint, no .hydra/config.yaml
+    path = tmp_path / "checkpoints" / "checkpoint-2"
+    path.mkdir(parents=True)
+    (path / "model.safetensors").write_bytes(b"w")
+    (path / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    mark_checkpoint_complete(path, 2)
+    plan = ResumePlan.read(tmp_path)
+    err = capsys.readouterr().err
+    assert plan.saved is None and plan.checkpoints["train"] == path
+    assert err.count("\n") == 1 and err.startswith("warning: resume=")
+    assert ".hydra/config.yaml is missing" in err and "cannot check" in err
+    # the command line's settings are used as they are
+    cfg, same = plan.apply(OmegaConf.create({"resume": str(tmp_path)}), ["trainer.lr=1"], set())
+    assert same is plan and cfg.resume == str(tmp_path)
+
+    # an empty folder has nothing to continue: no warning here, the checks refuse it in one line
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert not ResumePlan.read(empty).resumable
+    assert capsys.readouterr().err == ""
+    with pytest.raises(UserError, match="no complete checkpoint"):
+        latest_checkpoint(empty)

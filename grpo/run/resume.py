@@ -28,14 +28,16 @@ starts from what actually ran). Each command-line override then:
   not continue exactly). A config group choice (model=..., +env=...) that differs is always
   refused: the checkpoints belong to the saved model and env.
 
-A run dir without .hydra/config.yaml (a run made by calling `train()` from Python) keeps the
-command line's config, as before. Light module: omegaconf and Hydra's override parser only.
+A run dir without .hydra/config.yaml (a run made by calling `train()` from Python, or a deleted
+file) keeps the command line's config, and `read` says so in one warning line: its settings cannot
+be checked against the resumed run's. Light module: omegaconf and Hydra's override parser only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,7 +123,15 @@ class ResumePlan:
                 latest = None if stage in checkpoints else latest_complete(folder.stage_checkpoints(stage))
                 if latest is not None:
                     checkpoints[stage] = latest
-        return cls(root, chain, saved, choices, finished, checkpoints)
+        plan = cls(root, chain, saved, choices, finished, checkpoints)
+        if saved is None and plan.resumable:
+            print(
+                f"warning: resume={resume}: {saved_file} is missing (a run started from Python, or the file "
+                "was removed), so the resume runs with the command line's settings and cannot check them "
+                "against the resumed run's",
+                file=sys.stderr,
+            )
+        return plan
 
     @property
     def resumable(self) -> bool:

@@ -121,6 +121,7 @@ def run_stages(
     """Run every stage; return the last evaluation's mean reward (the sweep objective).
     `run_dir`: the run's folder (None: Hydra's job dir). `resume`: the run's resume plan (None: read
     here when settings.resume is set)."""
+    from grpo.cli.checks import check_built_env
     from grpo.envs import build_env
     from grpo.tracking import make_tracker
 
@@ -129,6 +130,7 @@ def run_stages(
     if resume is None and settings.resume:
         resume = ResumePlan.read(settings.resume)
     env = build_env(settings.env, settings.language)
+    check_built_env(settings, env)
     run = StageContext(settings, env, RunLayout(run_dir), make_tracker(settings, run_dir), resume)
     results = run.results
     with run.tracker:

@@ -80,6 +80,38 @@ def test_validation_and_evaluation_rows_must_not_overlap():
     check(load_settings([*base[:1], "env.num_eval_examples=2"]))  # no validation
 
 
+def test_an_env_whose_config_hides_its_eval_size_is_checked_once_built(tmp_path):
+    # without env.num_eval_examples in the config the preflight cannot know the split's size (as for
+    # a verifiers or third-party env); the env's default holds 100 eval rows
+    base = [
+        "+env=char_target",
+        "~env.num_eval_examples",
+        "stages=[eval,train,eval]",
+        "trainer.eval_steps=2",
+        "trainer.val_num_examples=32",
+        "tracking=mlflow",
+        f"output_root={tmp_path}",
+    ]
+    cfg = load_settings([*base, "eval.num_examples=80"])
+    check(cfg)  # nothing to check before the env exists
+    with pytest.raises(UserError) as caught:
+        run_stages(cfg, run_dir=tmp_path / "runs" / "r")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert (
+        "trainer.val_num_examples=32 + eval.num_examples=80 exceed the 100 rows of env char_target" in message
+    )
+    assert "trainer.val_num_examples=25 eval.num_examples=75" in message  # a split that fits
+    # refused before any stage ran or any MLflow run was opened
+    assert not (tmp_path / "runs" / "r" / "eval_baseline").exists()
+    assert not list(tmp_path.glob("mlflow*"))
+    # what the message proposes passes
+    from grpo.cli.checks import check_built_env
+
+    fits = load_settings([*base, "eval.num_examples=75", "trainer.val_num_examples=25"])
+    check_built_env(fits, build_env(fits.env, fits.language))
+
+
 def test_val_metrics_at_steps_2_and_4_and_the_best_checkpoint_evaluated(tmp_path, capsys):
     cfg = load_settings(
         [

@@ -20,6 +20,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from grpo.config import (
     CORRUPTIONS,
@@ -372,7 +373,7 @@ def _eval(e: EvalConfig) -> None:
 def _validation_rows(s: GrpoConfig) -> None:
     """Validation during training takes the LAST trainer.val_num_examples rows of the eval split,
     the evaluation its FIRST eval.num_examples: with the split's size in the env config, they must
-    not overlap."""
+    not overlap (an env whose config does not give it: `check_built_env`, once it is built)."""
     size = (s.env or {}).get("num_eval_examples") if isinstance(s.env, dict) else None
     if isinstance(size, bool) or not isinstance(size, int):
         return  # an env that takes no such argument, or a bad value the env itself reports
@@ -383,6 +384,25 @@ def _validation_rows(s: GrpoConfig) -> None:
             f"env.num_eval_examples={size}: validation takes the last rows of the eval split and evaluation "
             f"the first ones, so they would overlap; set env.num_eval_examples="
             f"{t.val_num_examples + e.num_examples} or more, or lower one of them"
+        )
+
+
+def check_built_env(s: GrpoConfig, env: Any) -> None:
+    """The rules that need the built env (grpo/stages.py calls this before any stage runs): held-out
+    validation and the evaluation share no eval row, for an env whose eval split's size only its
+    rows tell (a verifiers or third-party env)."""
+    if not (s.trainer.eval_steps and "train" in s.stages and "eval" in s.stages):
+        return
+    sizes = getattr(env, "num_examples", None)
+    size = sizes.get("eval") if isinstance(sizes, dict) and "eval" in sizes else len(env.rows("eval"))
+    t, e = s.trainer, s.eval
+    if t.val_num_examples + e.num_examples > size:
+        _fail(
+            f"trainer.val_num_examples={t.val_num_examples} + eval.num_examples={e.num_examples} exceed the "
+            f"{size} rows of env {env.name}'s eval split: validation takes the last rows and evaluation the "
+            f"first ones, so they would share rows; lower them to {size} or fewer together (e.g. "
+            f"trainer.val_num_examples={max(0, min(t.val_num_examples, size // 4))} "
+            f"eval.num_examples={size - max(0, min(t.val_num_examples, size // 4))}), or trainer.eval_steps=0"
         )
 
 

@@ -258,6 +258,9 @@ def test_the_synthetic_command_runs_under_its_name_and_its_older_one(tmp_path, c
             "needs a trained reward model: set reward_model.checkpoints",
         ),
         (["reward_model=learned", "stages=[train,reward_model]"], "needs a trained reward model"),
+        # an evaluation would report no RM score column, silently
+        (["reward_model=learned", "stages=[eval]"], "with stages=[eval] has no reward model to score with"),
+        (["reward_model=learned_only", "stages=[eval,eval]"], "stages=[reward_model,eval]"),
         (
             ["reward_model=ensemble", "stages=[reward_model,train]"],
             "needs two or more reward_model.checkpoints",
@@ -295,7 +298,8 @@ def test_reward_model_config_rules(overrides, message):
 
 def test_a_run_that_trains_its_rm_first_needs_no_checkpoint():
     check(load_settings(["+env=alphabet_sort", "reward_model=learned", "stages=[reward_model,eval,train]"]))
-    check(load_settings(["+env=alphabet_sort", "reward_model=learned", "stages=[eval]"]))
+    check(load_settings(["+env=alphabet_sort", "reward_model=learned", "stages=[reward_model,eval]"]))
+    check(load_settings(["+env=alphabet_sort", "stages=[eval]"]))  # the rubric needs no RM
 
 
 # ---- through the entry point --------------------------------------------------------------------

@@ -449,7 +449,20 @@ def _reward_model(s: GrpoConfig) -> None:
             _fail(f"reward_model.{key}={getattr(rm, key)} must be >= 0")
     if "reward_model" in s.stages:
         _reward_model_training(rm)
-    # only GRPO training scores with the RM (evaluation reports the environment's own rewards)
+    if (
+        rm.kind != "rubric"
+        and not rm.checkpoints
+        and "eval" in s.stages
+        and not {"train", "reward_model"} & set(s.stages)
+    ):
+        # evaluation reports a learned RM's score as a column next to the env's rewards: without an
+        # RM the column would silently be missing
+        _fail(
+            f"reward_model={rm.kind} with stages=[{','.join(s.stages)}] has no reward model to score with: set "
+            "reward_model.checkpoints=[DIR] (a reward_model stage's output dir), train one first with "
+            "stages=[reward_model,eval], or drop reward_model= to evaluate with the env's rubric only"
+        )
+    # GRPO training rewards with the RM; evaluation only adds its score column
     if rm.kind == "rubric" or "train" not in s.stages:
         return
     if rm.kind == "learned" and len(rm.checkpoints) > 1:

@@ -447,6 +447,10 @@ class TrackingConfig:
     log_samples: int = 16
     # PNG plots at the end of a run: reward and KL over steps, baseline vs final eval per reward function
     log_plots: bool = True
+    # MLflow's system metrics (system/cpu_utilization_percentage, memory, disk, network; GPU when a GPU
+    # and pynvml are present), sampled every system_metrics_interval seconds by rank 0
+    system_metrics: bool = True
+    system_metrics_interval: float = 10.0
     # log the trained models through MLflow's transformers flavour, with tokenizer and chat template:
     # the final policy (its LoRA adapter, or full weights) and a reward model the run trained
     log_model: bool = False

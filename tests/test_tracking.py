@@ -542,3 +542,34 @@ def test_a_language_mix_run_gets_per_language_plots(root):
     found = _artifacts(client, english.run_id)
     assert "plots/train_curves.png" in found
     assert not found & {"plots/val_by_language.png", "plots/rewards_by_language.png"}
+
+
+def test_system_metrics_are_on_by_default_and_sampled_while_the_run_is_open(root):
+    import time
+
+    assert load_settings(["+env=alphabet_sort"]).tracking.system_metrics  # the default
+    cfg = _cfg(root, "tracking.system_metrics_interval=0.2")
+    tracker = make_tracker(cfg, root / "run")
+    with tracker:
+        time.sleep(1.5)  # MLflow's monitor thread samples every 0.2 s meanwhile
+    client = MlflowClient(tracking_uri(cfg))
+    run = client.get_run(tracker.run_id)
+    assert run.info.status == "FINISHED"
+    for name in ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"):
+        assert name in run.data.metrics
+    history = client.get_metric_history(tracker.run_id, "system/cpu_utilization_percentage")
+    assert len(history) >= 2 and [m.step for m in history] == list(range(len(history)))
+
+    off = _cfg(root, "tracking.system_metrics=false", "tracking.system_metrics_interval=0.2")
+    quiet = make_tracker(off, root / "run2")
+    with quiet:
+        time.sleep(0.6)
+    assert not any(k.startswith("system/") for k in client.get_run(quiet.run_id).data.metrics)
+
+
+@pytest.mark.parametrize("interval", ["0", "-1", "nan"])
+def test_a_bad_system_metrics_interval_is_one_line(interval):
+    from grpo.cli.checks import check
+
+    with pytest.raises(UserError, match="tracking.system_metrics_interval must be > 0 seconds"):
+        check(load_settings(["+env=alphabet_sort", f"tracking.system_metrics_interval={interval}"]))

@@ -18,7 +18,9 @@ from __future__ import annotations
 import getpass
 import json
 import logging
+import os
 import re
+import socket
 import tempfile
 import time
 from collections.abc import Mapping
@@ -76,6 +78,8 @@ class MlflowTracker(Tracker):
         self._last_step = 0
         # a resumed run: metric name -> the last step the run already has a value for
         self._logged: dict[str, int] = {}
+        # MLflow's SystemMetricsMonitor while the run is open (tracking.system_metrics)
+        self._system: Any = None
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -106,6 +110,10 @@ class MlflowTracker(Tracker):
         self.run_id = run.info.run_id
         self.experiment_id = run.info.experiment_id
         self._write_run_file()
+        if self.settings.tracking.system_metrics:
+            self._system = start_system_metrics(
+                self.run_id, self.uri, self.settings.tracking.system_metrics_interval, self.resumed
+            )
         experiment = with_retry(self.client.get_experiment, self.experiment_id)
         verb = "resumed" if self.resumed else "logging to"
         print(
@@ -120,6 +128,9 @@ class MlflowTracker(Tracker):
         if self.run_id is None:
             return False
         status = _status(exc)
+        if self._system is not None:  # its last samples go in before the run is closed
+            best_effort_finish(self._system)
+            self._system = None
         try:
             step = getattr(exc, "step", None)
             if isinstance(exc, KeyboardInterrupt) and step is not None:  # grpo.run.interrupt.Interrupted
@@ -428,6 +439,47 @@ class MlflowTracker(Tracker):
 
 
 # ---- pure helpers (tested directly) ------------------------------------------------------------------
+
+
+def start_system_metrics(run_id: str, uri: str, interval: float, resumed: bool) -> Any:
+    """MLflow's own system-metrics monitor on `run_id` (a thread sampling CPU, memory, disk, network
+    and, with pynvml and a GPU, the GPU every `interval` seconds; metrics system/<name>, or
+    system/<node>/<name> when the run spans several machines: node = this host's name), or None
+    when it cannot start (said in one warning line). A resumed run continues its steps."""
+    try:
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        # its start / stop / no-GPU notes are INFO lines on every run: not the user's business
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
+        monitor = SystemMetricsMonitor(
+            run_id,
+            sampling_interval=interval,
+            resume_logging=resumed,
+            node_id=_node_id(),
+            tracking_uri=uri,
+        )
+        monitor.start()
+        return monitor
+    except Exception as ex:  # noqa: BLE001 - system metrics must never stop a run
+        log.warning("MLflow: system metrics not logged (%s)", " ".join(str(ex).split()))
+        return None
+
+
+def best_effort_finish(monitor: Any) -> None:
+    try:
+        monitor.finish()
+    except Exception as ex:  # noqa: BLE001
+        log.warning("MLflow: the system metrics monitor did not stop cleanly: %s", ex)
+
+
+def _node_id() -> str | None:
+    """This host's name when the launch spans several machines (torchrun: WORLD_SIZE processes,
+    LOCAL_WORLD_SIZE per machine), else None: one machine needs no node in the metric names."""
+    try:
+        world, local = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+    except ValueError:
+        return None
+    return socket.gethostname() if local and world > local else None
 
 
 def _status(exc: BaseException | None) -> str:

@@ -445,6 +445,9 @@ class TrackingConfig:
     artifact_location: str | None = None
     # evaluation rollouts logged as a table of sample completions with their rewards (0 = none)
     log_samples: int = 16
+    # GRPO training: rows of the completions table per logging step (train/completions.json: step, language,
+    # prompt, completion, reward, each function's score, advantage, model tokens; a few per language; 0 = none)
+    log_completions: int = 8
     # PNG plots at the end of a run: reward and KL over steps, baseline vs final eval per reward function
     log_plots: bool = True
     # MLflow's system metrics (system/cpu_utilization_percentage, memory, disk, network; GPU when a GPU

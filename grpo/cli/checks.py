@@ -574,6 +574,8 @@ def _tracking(t: TrackingConfig) -> None:
         check_uri(t.uri, field="tracking.uri")
     if t.log_samples < 0:
         _fail(f"tracking.log_samples must be >= 0 (0 = no sample table), got {t.log_samples}")
+    if t.log_completions < 0:
+        _fail(f"tracking.log_completions must be >= 0 (0 = no completions table), got {t.log_completions}")
     if not (math.isfinite(t.system_metrics_interval) and t.system_metrics_interval > 0):
         _fail(f"tracking.system_metrics_interval must be > 0 seconds, got {t.system_metrics_interval}")
     wants = (

@@ -52,6 +52,8 @@ COMPLETION_FIELD = "rollout_completion"  # the episode's messages after the prom
 STATE_FIELD = "rollout_state"  # what env_response kept during the episode
 INFO_FIELD = "row_info"  # the row's ground truth
 LANGUAGE_FIELD = "language"  # the row's language (also a column of the training dataset)
+# training only: the tokens the model generated in the episode (grpo/train/rollout_func.py)
+MODEL_TOKENS_FIELD = "rollout_model_tokens"
 # results.jsonl keys that are not reward functions; a reward function may not take one of these names
 RESERVED_KEYS = (
     "example_id",

@@ -21,6 +21,10 @@ does not apply) is passed to TRL as is, which leaves it out of that function's m
 completions of that batch whose score raised; TRL averages it over a logging step's batches), the
 first one is logged as one warning line, and `take_window()` tells the progress printer whether
 every completion since its last line raised (its zero-signal hint then names the function).
+
+The first rubric adapter of a run (`table_columns=True`) also hands TRL, through its `log_extra`,
+the columns of the completions table (grpo/tracking/completions.py) that TRL does not record
+itself: each completion's whole episode, its language and its model tokens.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from grpo.envs.rubric import (
     COMPLETION_FIELD,
     INFO_FIELD,
     LANGUAGE_FIELD,
+    MODEL_TOKENS_FIELD,
     STATE_FIELD,
     RewardErrors,
     RewardFunc,
@@ -39,12 +44,18 @@ from grpo.envs.rubric import (
     checked_score,
 )
 
+# the completions table's columns that the first adapter adds to TRL's record (TRL's `log_extra`)
+EPISODE_COLUMN = "episode"
+LANGUAGE_COLUMN = "language"
+MODEL_TOKENS_COLUMN = "model_tokens"
+
 
 class RubricReward:
     """A TRL reward function wrapping one rubric function."""
 
-    def __init__(self, func: RewardFunc, errors: RewardErrors | None = None):
+    def __init__(self, func: RewardFunc, errors: RewardErrors | None = None, table_columns: bool = False):
         self.func = func
+        self.table_columns = table_columns
         self.__name__ = func.name  # TRL's metric name (trl.trainer.utils.get_callable_name)
         self.errors = errors if errors is not None else RewardErrors()
         # completions scored and completions whose score raised, since the last take_window()
@@ -92,6 +103,12 @@ class RubricReward:
         if log_metric is not None:
             log_metric(f"rewards/{self.func.name}/errors", float(raised))
         log_per_language(self.func.name, rewards, kwargs.get(LANGUAGE_FIELD), log_metric)
+        log_extra = kwargs.get("log_extra")
+        if self.table_columns and log_extra is not None:
+            count = len(rewards)
+            log_extra(EPISODE_COLUMN, list(episodes) if episodes is not None else [None] * count)
+            log_extra(LANGUAGE_COLUMN, list(kwargs.get(LANGUAGE_FIELD) or [None] * count))
+            log_extra(MODEL_TOKENS_COLUMN, list(kwargs.get(MODEL_TOKENS_FIELD) or [None] * count))
         return rewards
 
 
@@ -119,7 +136,11 @@ def rubric_reward_funcs(funcs: Sequence[RewardFunc]) -> tuple[list[Any], list[fl
     A function that is already a batched TRL reward function (`fn.trl_batched`, e.g. a learned
     reward model) is passed through as is."""
     rubric = Rubric(list(funcs))
-    adapters = [
-        f.fn if getattr(f.fn, "trl_batched", False) else RubricReward(f, rubric.errors) for f in rubric.funcs
-    ]
+    adapters: list[Any] = []
+    for f in rubric.funcs:
+        if getattr(f.fn, "trl_batched", False):
+            adapters.append(f.fn)
+        else:
+            first = not any(isinstance(a, RubricReward) for a in adapters)
+            adapters.append(RubricReward(f, rubric.errors, table_columns=first))
     return adapters, [float(f.weight) for f in rubric.funcs]

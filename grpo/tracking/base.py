@@ -62,6 +62,12 @@ class Tracker:
 
         return MetricsCallback(self.log_metrics, prefix)
 
+    def completions_callback(self) -> Any:
+        """A transformers TrainerCallback logging GRPO's completions table every logging step
+        (grpo/tracking/completions.py; its `trainer` is set once the trainer exists), or None when
+        this tracker keeps no tables."""
+        return None
+
     def finish_run(self, objective: float | None) -> None:
         """The run's objective (the last evaluation's mean reward)."""
 

@@ -32,7 +32,7 @@ from grpo.config import GrpoConfig
 from grpo.files import read_jsonl, write_json_atomic
 from grpo.run.layout import RunLayout
 from grpo.tracking import params as P
-from grpo.tracking.base import Tracker
+from grpo.tracking.base import TRAIN_PREFIX, Tracker
 from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
 from grpo.tracking.store import (
     artifact_location,
@@ -241,6 +241,23 @@ class MlflowTracker(Tracker):
                 # create of the dataset races, and the loser's insert fails; a retry finds the row
                 if "unique constraint failed" not in str(ex).lower() or attempt == 2:
                     raise
+
+    def completions_callback(self) -> Any:
+        n = int(self.settings.tracking.log_completions)
+        if n <= 0:
+            return None
+        from grpo.tracking.completions import CompletionsCallback
+
+        return CompletionsCallback(self.log_completions, n)
+
+    def log_completions(self, table: Mapping[str, list[Any]], step: int) -> None:
+        """Append a logging step's rows to the run's completions table (train/completions.json). A
+        resumed run skips the steps its MLflow run already has (redone after the checkpoint)."""
+        from grpo.tracking.completions import TABLE_FILE
+
+        if self.resumed and step <= self._logged.get(f"{TRAIN_PREFIX}reward", -1):
+            return
+        with_retry(self.client.log_table, self.run_id, data=dict(table), artifact_file=TABLE_FILE)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or a directory (its contents) as artifacts of the run."""
@@ -532,7 +549,7 @@ def render_messages(messages: Any) -> str:
     )
 
 
-def _last_user_message(prompt: Any) -> str:
+def last_user_message(prompt: Any) -> str:
     if isinstance(prompt, list):
         for m in reversed(prompt):
             if isinstance(m, dict) and m.get("role") == "user":
@@ -555,7 +572,7 @@ def sample_table(results_path: Path, functions: list[str], limit: int) -> dict[s
         table["example_id"].append(str(record.get("example_id", "")))
         table["rollout_index"].append(record.get("rollout_index"))
         table["language"].append(record.get("language"))
-        table["prompt"].append(_last_user_message(record.get("prompt")))
+        table["prompt"].append(last_user_message(record.get("prompt")))
         table["completion"].append(render_messages(record.get("completion")))
         table["reward"].append(record.get("reward"))
         for fn in functions:

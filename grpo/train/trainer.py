@@ -160,10 +160,17 @@ def build_trainer(
             score_funcs=rewards.learned,
             log_metrics=tracker.log_metrics,
         )
+    table = tracker.completions_callback()
     trainer = make_trainer(
         GRPOTrainer,
         "train",
-        [printer, tracker.trainer_callback(), *callbacks, *([validation] if validation else [])],
+        [
+            printer,
+            tracker.trainer_callback(),
+            *([table] if table is not None else []),
+            *callbacks,
+            *([validation] if validation else []),
+        ],
         model=model,
         reward_funcs=reward_funcs,
         args=args,
@@ -172,8 +179,9 @@ def build_trainer(
         peft_config=peft_config,
         rollout_func=rollout,
     )
-    if validation is not None:
-        validation.trainer = trainer
+    for needs_trainer in (validation, table):
+        if needs_trainer is not None:
+            needs_trainer.trainer = trainer
     return TrainerBundle(trainer, rollout, printer, tokenizer, resume_from, output_dir, validation)
 
 

@@ -1,0 +1,144 @@
+"""What the policy wrote during GRPO training, as a table in the run (tracking.log_completions rows
+per logging step; MLflow: the table artifact train/completions.json, one file for the whole run,
+its rows appended each logging step).
+
+Columns: step, language, prompt (its last user message), completion (the whole episode: the model's
+turns and, for a multi-turn env, the environment's), reward (the weighted total), each reward
+function's score (null where it does not apply), advantage, model_tokens (the tokens the model
+generated in the episode; the environment's are not counted).
+
+The rows come from TRL's own record of the step's last generation batch (GRPOTrainer keeps it for
+its completions printout and parquet files, `trainer.log_completions`), so prompt, scores and
+advantage are exactly what the loss saw, gathered from every process. TRL 1.16 keeps it in the
+trainer's `_logs`; when a TRL version has no such record, one warning line says the table is off.
+The episode and the language reach it as extra columns (TRL's `log_extra`) from the first rubric
+reward adapter (grpo/rewards/rubric.py), the model tokens from the rollout function's fields.
+
+With several languages in the batch the rows are taken in turn from each language, in the order
+the batch has them, so a few of each show up in every step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from transformers import TrainerCallback
+
+from grpo.rewards.rubric import EPISODE_COLUMN, LANGUAGE_COLUMN, MODEL_TOKENS_COLUMN
+
+log = logging.getLogger(__name__)
+
+# the artifact the table is appended to (MLflow)
+TABLE_FILE = "train/completions.json"
+FIXED_COLUMNS = ("step", "language", "prompt", "completion", "reward", "advantage", "model_tokens")
+
+
+def balanced_rows(languages: Sequence[Any], n: int) -> list[int]:
+    """At most `n` indices, taken in turn from each language (first appearance order), each
+    language's in batch order; returned in batch order."""
+    by_language: dict[Any, list[int]] = {}
+    for i, language in enumerate(languages):
+        by_language.setdefault(language, []).append(i)
+    queues = list(by_language.values())
+    picked: list[int] = []
+    depth = 0
+    while len(picked) < n and any(depth < len(q) for q in queues):
+        for q in queues:
+            if depth < len(q) and len(picked) < n:
+                picked.append(q[depth])
+        depth += 1
+    return sorted(picked)
+
+
+def completions_table(
+    record: Mapping[str, Any], names: Sequence[str], weights: Sequence[float], step: int, n: int
+) -> dict[str, list[Any]]:
+    """Table columns (see the module docstring) for at most `n` rows of TRL's record of a
+    generation batch: `record` has "prompt", "completion", "rewards" (function name -> scores, NaN
+    where a function does not apply), "advantages" and "extra" (column -> values); `names` and
+    `weights` are the reward functions in TRL's order."""
+    from grpo.tracking.mlflow_tracker import last_user_message, render_messages
+
+    prompts = list(record.get("prompt", ()))
+    extra = record.get("extra", {})
+    count = len(prompts)
+    languages = _column(extra, LANGUAGE_COLUMN, count)
+    episodes = _column(extra, EPISODE_COLUMN, count)
+    tokens = _column(extra, MODEL_TOKENS_COLUMN, count)
+    completions = list(record.get("completion", ()))
+    advantages = list(record.get("advantages", ()))
+    scores = {name: list(record.get("rewards", {}).get(name, ())) for name in names}
+    # a reward function named like a fixed column keeps its score under "<name> (score)"
+    columns = {name: f"{name} (score)" if name in FIXED_COLUMNS else name for name in names}
+    table: dict[str, list[Any]] = {c: [] for c in ("step", "language", "prompt", "completion", "reward")}
+    table.update({columns[name]: [] for name in names})
+    table.update({"advantage": [], "model_tokens": []})
+    for i in balanced_rows(languages, n):
+        row_scores = {
+            name: _number(values[i]) if i < len(values) else None for name, values in scores.items()
+        }
+        table["step"].append(int(step))
+        table["language"].append(languages[i])
+        table["prompt"].append(last_user_message(prompts[i]))
+        episode = episodes[i] if episodes[i] is not None else (completions[i] if i < len(completions) else "")
+        table["completion"].append(render_messages(episode))
+        table["reward"].append(
+            sum(w * (row_scores[name] or 0.0) for name, w in zip(names, weights, strict=True))
+        )
+        for name in names:
+            table[columns[name]].append(row_scores[name])
+        table["advantage"].append(_number(advantages[i]) if i < len(advantages) else None)
+        table["model_tokens"].append(tokens[i])
+    return table
+
+
+class CompletionsCallback(TrainerCallback):
+    """Every logging step (on the main process), `log_table(table, step)` with the table of the
+    step's last generation batch. `trainer` is set once the GRPOTrainer exists. A failure costs the
+    table, never the training run (one warning line)."""
+
+    def __init__(self, log_table: Callable[[dict[str, list[Any]], int], None], n: int) -> None:
+        self.log_table = log_table
+        self.n = int(n)
+        self.trainer: Any = None
+        self._warned = False
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if not logs or "reward" not in logs or not state.is_world_process_zero or self.trainer is None:
+            return
+        record = getattr(self.trainer, "_logs", None)
+        names = getattr(self.trainer, "reward_func_names", None)
+        weights = getattr(self.trainer, "reward_weights", None)
+        if not isinstance(record, Mapping) or names is None or weights is None:
+            self._warn("this TRL version keeps no record of the batch's completions: no completions table")
+            return
+        try:
+            table = completions_table(
+                record, list(names), [float(w) for w in weights], state.global_step, self.n
+            )
+            if table["step"]:
+                self.log_table(table, int(state.global_step))
+        except Exception as ex:  # noqa: BLE001 - the table must not stop training
+            self._warn(f"the completions table of step {state.global_step} was not logged: {ex}")
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            log.warning("%s", message)
+            self._warned = True
+
+
+def _column(extra: Mapping[str, Any], name: str, count: int) -> list[Any]:
+    values = list(extra.get(name, ())) if isinstance(extra, Mapping) else []
+    return values + [None] * (count - len(values)) if len(values) < count else values[:count]
+
+
+def _number(value: Any) -> float | None:
+    """A score as a float, None for TRL's NaN (a function that does not apply)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None

@@ -1,0 +1,135 @@
+"""GRPO's completions table in MLflow (grpo/tracking/completions.py): a real TRL trainer on the tiny
+model logs, every logging step, train/completions.json to a real MLflow SQLite store; its rows are
+the rollouts of that step, with each reward function's score, the weighted total, TRL's advantage
+and the model's token count; a few rows per language under a mix."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from mlflow import MlflowClient
+from transformers import TrainerCallback
+
+from grpo.compose import load_settings
+from grpo.envs import build_env
+from grpo.envs.rubric import RewardFunc
+from grpo.rewards import RunRewards
+from grpo.tracking import make_tracker
+from grpo.tracking.completions import TABLE_FILE, balanced_rows, completions_table
+from grpo.tracking.mlflow_tracker import render_messages
+from grpo.tracking.store import make_client, tracking_uri
+from grpo.train.trainer import build_trainer
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_balanced_rows_take_each_language_in_turn():
+    languages = ["en"] * 6 + ["ja"] * 2 + ["sv"] * 4
+    assert balanced_rows(languages, 6) == [0, 1, 6, 7, 8, 9]  # en, ja, sv, en, ja, sv
+    assert balanced_rows(languages, 100) == list(range(12))
+    assert balanced_rows(["en"] * 5, 3) == [0, 1, 2]
+    assert balanced_rows([], 3) == []
+
+
+def test_table_columns_scores_and_totals():
+    record = {
+        "prompt": [
+            [{"role": "system", "content": "s"}, {"role": "user", "content": f"q{i}"}] for i in range(3)
+        ],
+        "completion": [[{"role": "assistant", "content": f"trl {i}"}] for i in range(3)],
+        "rewards": {"a": [1.0, 0.5, float("nan")], "step": [0.0, 1.0, 1.0]},
+        "advantages": [0.25, -0.25, 0.0],
+        "extra": {"language": ["en", "en", "sv"], "model_tokens": [3, 4, 5]},
+    }
+    table = completions_table(record, ["a", "step"], [2.0, 1.0], step=7, n=2)
+    assert list(table) == [
+        "step", "language", "prompt", "completion", "reward", "a", "step (score)", "advantage", "model_tokens"
+    ]  # fmt: skip
+    # one en row, one sv row; the episode column missing: TRL's own completion text
+    assert table["step"] == [7, 7] and table["language"] == ["en", "sv"]
+    assert table["prompt"] == ["q0", "q2"] and table["completion"] == ["trl 0", "trl 2"]
+    assert table["a"] == [1.0, None]  # NaN: the function does not apply
+    assert table["reward"] == [2.0, 1.0]  # weighted, a None counting 0
+    assert table["advantage"] == [0.25, 0.0] and table["model_tokens"] == [3, 5]
+
+
+class LastBatch(TrainerCallback):
+    """What the rollout function produced for each logging step (the step's last generation batch)."""
+
+    def __init__(self) -> None:
+        self.rollouts: dict[int, list] = {}
+        self.bundle = None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "reward" in logs:
+            self.rollouts[state.global_step] = list(self.bundle.rollout.last_rollouts)
+
+
+def test_training_logs_the_completions_of_each_logging_step(tmp_path):
+    from grpo.tracking.completions import CompletionsCallback
+
+    db = tmp_path / "mlflow.db"
+    make_client(f"sqlite:///{db}")
+    cfg = load_settings(
+        [
+            "+env=char_target",
+            "stages=[train]",
+            "tracking=mlflow",
+            f"output_root={tmp_path}",
+            "tracking.log_completions=8",  # the whole batch: every row checked
+            "trainer.num_generations=4",
+            "trainer.per_device_batch_completions=8",
+            "trainer.max_steps=2",
+            "trainer.save_steps=1000",
+            "trainer.beta=0",
+            "trainer.max_completion_length=16",
+            "generation.max_tokens_per_turn=16",
+        ]
+    )
+    env = build_env(cfg.env, cfg.language)
+    (fraction,) = env.rubric.funcs
+    # a second function with known values: 1 for an even number of characters, else 0
+    parity = RewardFunc(
+        "even_length", lambda completion, **_: float(len(completion[0]["content"]) % 2 == 0), 0.5
+    )
+    rewards = RunRewards(rubric=[fraction, parity])
+    seen = LastBatch()
+    tracker = make_tracker(cfg, tmp_path / "run")
+    with tracker:
+        bundle = build_trainer(cfg, env, tmp_path / "run", rewards=rewards, tracker=tracker, callbacks=[seen])
+        seen.bundle = bundle
+        assert any(isinstance(cb, CompletionsCallback) for cb in bundle.trainer.callback_handler.callbacks)
+        bundle.trainer.train()
+
+    client = MlflowClient(tracking_uri(cfg))
+    path = client.download_artifacts(tracker.run_id, TABLE_FILE, str(tmp_path / "dl"))
+    with open(path, encoding="utf-8") as f:
+        payload = json.load(f)
+    rows = [dict(zip(payload["columns"], values, strict=True)) for values in payload["data"]]
+    assert payload["columns"] == [
+        "step", "language", "prompt", "completion", "reward", "target_char_fraction", "even_length",
+        "advantage", "model_tokens",
+    ]  # fmt: skip
+    assert [r["step"] for r in rows] == [1] * 8 + [2] * 8
+    for step in (1, 2):
+        logged = [r for r in rows if r["step"] == step]
+        rollouts = seen.rollouts[step]
+        assert len(rollouts) == 8
+        for row, ro in zip(logged, rollouts, strict=True):
+            scores = env.score(ro.row, ro.completion, ro.state)
+            assert row["completion"] == render_messages(ro.completion)
+            assert row["prompt"] == ro.row.prompt[-1]["content"]
+            assert row["language"] == "en"
+            assert row["model_tokens"] == sum(ro.env_mask)
+            assert row["target_char_fraction"] == pytest.approx(scores["target_char_fraction"])
+            assert row["even_length"] == float(len(ro.completion[0]["content"]) % 2 == 0)
+            assert row["reward"] == pytest.approx(row["target_char_fraction"] + 0.5 * row["even_length"])
+        # TRL's advantage: the total minus its group's mean, over the group's std (scale=group)
+        for g in range(2):
+            group = logged[4 * g : 4 * g + 4]
+            totals = [r["reward"] for r in group]
+            mean, std = statistics.fmean(totals), statistics.stdev(totals)
+            for r in group:
+                assert r["advantage"] == pytest.approx((r["reward"] - mean) / (std + 1e-4), abs=1e-4)

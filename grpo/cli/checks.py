@@ -67,6 +67,7 @@ def check_once(settings: GrpoConfig, resume: ResumePlan | None = None) -> None:
 def check(s: GrpoConfig, resume: ResumePlan | None = None) -> None:
     """Every cross-field rule, in a fixed order; UserError on the first one broken. `resume`: the
     run's resume plan (grpo/run/resume.py; None: read here when s.resume is set)."""
+    _finite_numbers(dataclasses.asdict(s))
     _stages(s.stages)
     _trainer(s.trainer)
     _optimizer(s.optimizer)
@@ -86,10 +87,28 @@ def check(s: GrpoConfig, resume: ResumePlan | None = None) -> None:
     if "sft" in s.stages:
         _sft(s)
     _tracking(s.tracking)
+    if s.tracking.backend == "mlflow":
+        from grpo.tracking.store import check_sqlite_file, tracking_uri
+
+        check_sqlite_file(tracking_uri(s), "tracking.uri" if s.tracking.uri else "the default MLflow store")
 
 
 def _fail(message: str) -> None:
     raise UserError(message)
+
+
+def _finite_numbers(node: Any, path: str = "") -> None:
+    """No setting is NaN or infinite (optimizer.lr=nan, trainer.beta=inf, an env argument, a value
+    under *.extra): such a number passes every range check by accident (NaN compares False) and
+    fails later, inside a library, or trains on garbage."""
+    if isinstance(node, float) and not math.isfinite(node):
+        _fail(f"{path}={node}: a setting must be a finite number")
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            _finite_numbers(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            _finite_numbers(value, f"{path}[{i}]")
 
 
 def has_cuda_gpu() -> bool:

@@ -96,11 +96,15 @@ def check(overrides: list[str]) -> GrpoConfig:
     return check_command(overrides).settings
 
 
-def check_command(overrides: list[str]) -> Checked:
-    """`check`, returning the first job's composed config and resume plan too."""
+def check_command(overrides: list[str], multirun: bool = False) -> Checked:
+    """`check`, returning the first job's composed config and resume plan too. The sweeper's search
+    space is checked for a multirun, a +sweep= preset or hydra.sweeper.params overrides (composing
+    the hydra node costs time a plain run need not spend)."""
     from grpo.cli.checks import check_once
 
     plain, swept = _checkable_overrides(overrides)
+    if multirun or any(o.lstrip("+").startswith((SEARCH_SPACE, "sweep=")) for o in overrides):
+        _check_search_space(overrides, plain)
     plans: dict[str, ResumePlan] = {}  # each resumed dir is read once
     jobs = [_composed([*plain, *job], plans) for job in _sweep_jobs(swept)]
     for job in jobs:
@@ -134,6 +138,60 @@ def _composed(overrides: list[str], plans: dict[str, ResumePlan]) -> Checked:
             f"no environment selected: add +env=NAME (available: {', '.join(group_options('env'))})"
         )
     return Checked(settings, cfg, plan)
+
+
+SEARCH_SPACE = "hydra.sweeper.params."
+
+
+def _check_search_space(overrides: Sequence[str], plain: list[str]) -> None:
+    """Every key a sweeper searches over (hydra.sweeper.params of a +sweep= preset or a sweep file
+    of the user's) is a config group or a key of the composed config (a `+key` adds one): a typo
+    would otherwise fail every job with Hydra's text, or an Optuna study with "Unexpected type".
+    A search space written on the command line is refused with the form that works there."""
+    from omegaconf import OmegaConf
+
+    from grpo.compose import config_groups
+
+    for o in overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        if key.startswith(SEARCH_SPACE) or key == SEARCH_SPACE.rstrip("."):
+            swept = key[len(SEARCH_SPACE) :] or "KEY"
+            raise UserError(
+                f"{o}: Hydra takes no search space from the command line; sweep with {swept}=A,B (Optuna: "
+                f"{swept}=interval(LOW,HIGH)), or write it under hydra.sweeper.params in a sweep file (+sweep=NAME)"
+            )
+    try:
+        cfg = compose(plain, return_hydra_config=True)
+    except Exception:  # noqa: BLE001 - composition errors are reported, in one line, by the caller
+        return
+    params = OmegaConf.select(cfg, "hydra.sweeper.params", default=None)
+    if params is None or not OmegaConf.is_dict(params) or not params:
+        return
+    groups = config_groups()
+    task = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    missing = object()
+    for key in (str(k) for k in params):
+        if key.startswith(("+", "~")) or key.split("@", 1)[0] in groups:
+            continue
+        if OmegaConf.select(task, key, default=missing, throw_on_missing=False) is missing:
+            raise UserError(
+                f"hydra.sweeper.params: the sweep searches over {key}, which is not a config key"
+                f"{_did_you_mean(task, key)}"
+            )
+
+
+def _did_you_mean(cfg: DictConfig, key: str) -> str:
+    """ "; did you mean X?" from the keys next to `key` (its parent's keys), or "" when none is close."""
+    import difflib
+
+    from omegaconf import OmegaConf
+
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    if node is None or not OmegaConf.is_dict(node):
+        return ""
+    close = difflib.get_close_matches(leaf, [str(k) for k in node], n=1, cutoff=0.6)
+    return f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else ""
 
 
 def _sweep_jobs(swept: dict[str, list[str]]) -> list[list[str]]:
@@ -174,7 +232,7 @@ def preflight(argv: Sequence[str]) -> Checked | None:
     from grpo.cli.output_check import check_writable_outputs
 
     try:
-        checked = check_command(args.overrides or [])
+        checked = check_command(args.overrides or [], multirun=bool(args.multirun))
         # --cfg only prints the config: it writes nothing, so it creates no output folder either
         if not args.cfg:
             check_writable_outputs(checked.settings)

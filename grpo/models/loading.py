@@ -119,8 +119,22 @@ def _check_source(field: str, path: str, required: Sequence[str], what: str) -> 
     return path
 
 
+def load_errors() -> tuple[type[BaseException], ...]:
+    """What loading a model dir raises for a bad dir: a missing or unreadable file (OSError), a
+    config or shape that does not fit (ValueError), a damaged or truncated weights file
+    (safetensors' own error): every one becomes a one-line UserError (`_load_error`)."""
+    from safetensors import SafetensorError
+
+    return (OSError, ValueError, SafetensorError)
+
+
 def _load_error(field: str, path: str, exc: Exception) -> UserError:
     text = str(exc)
+    if type(exc).__name__ == "SafetensorError":
+        return UserError(
+            f"{field}={path!r} could not be loaded: its weights file is damaged or cut short (safetensors: "
+            f"{' '.join(text.split())})"
+        )
     if "couldn't connect" in text or "offline mode" in text.lower() or "cached files" in text:
         return _unreachable_error(field, path)
     if "not a valid model identifier" in text or "Repository Not Found" in text:
@@ -189,7 +203,7 @@ def load_policy(
         model = AutoModelForCausalLM.from_pretrained(
             target, dtype=dtype, trust_remote_code=model_cfg.trust_remote_code
         )
-    except (OSError, ValueError) as exc:
+    except load_errors() as exc:
         raise _load_error("model.path", path, exc) from exc
     if device is not None:
         model = model.to(device)

@@ -249,7 +249,7 @@ def _load_pretrained(
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from grpo.models.loading import _check_source, _load_error
+    from grpo.models.loading import _check_source, _load_error, load_errors
 
     path = str(backbone_cfg.path)
     target = _check_source(f"{FIELD}.path", path, ("config.json",), "model")
@@ -266,7 +266,7 @@ def _load_pretrained(
                 dtype=dtype,
                 trust_remote_code=backbone_cfg.trust_remote_code,
             )
-    except (OSError, ValueError) as exc:
+    except load_errors() as exc:
         raise _load_error(f"{FIELD}.path", path, exc) from exc
     return model
 
@@ -311,6 +311,7 @@ def load_reward_model(
     Each load is counted in LOADS (a run's rewards load each of its reward models once)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from grpo.models.loading import load_errors
     from grpo.reward_model.calibration import Calibration
 
     root = check_checkpoint_dir(path, field_name)
@@ -325,7 +326,7 @@ def load_reward_model(
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(root))
         model = AutoModelForSequenceClassification.from_pretrained(str(root))
-    except (OSError, ValueError) as ex:
+    except load_errors() as ex:
         first = str(ex).strip().splitlines()[0] if str(ex).strip() else type(ex).__name__
         raise UserError(f"{field_name}={path}: cannot load the reward model ({first})") from None
     tokenizer.padding_side = "right"

@@ -53,19 +53,34 @@ def _read_json(path: Path) -> Any:
 
 def is_complete_checkpoint(path: Path) -> bool:
     """A checkpoint dir everything was written to: our marker and the trainer state agree on its
-    step, and the weights, optimizer and scheduler files are there."""
+    step, the weights, optimizer and scheduler files are there, each of the size the marker
+    recorded (markers since sizes were recorded; older ones are checked by name)."""
+    return checkpoint_problem(path) is None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why `path` is not a complete checkpoint (one phrase, e.g. "model.safetensors has 1000 of
+    2000 bytes"), None when it is one."""
     step = checkpoint_step(path)
     if step is None or not path.is_dir():
-        return False
+        return "not a checkpoint-N directory"
     marker = _read_json(path / COMPLETE_MARKER)
     state = _read_json(path / "trainer_state.json")
     if not isinstance(marker, dict) or marker.get("global_step") != step:
-        return False
+        return "no completion marker (the run stopped while saving it)"
     if not isinstance(state, dict) or state.get("global_step") != step:
-        return False
+        return "trainer_state.json is missing or damaged"
     if not any((path / f).is_file() for f in WEIGHT_FILES):
-        return False
-    return all((path / f).is_file() for f in marker.get("files", ()))
+        return "no weights file"
+    sizes = marker.get("sizes") if isinstance(marker.get("sizes"), dict) else {}
+    for name in marker.get("files", ()):
+        file = path / name
+        if not file.is_file():
+            return f"{name} is missing"
+        size = file.stat().st_size
+        if name in sizes and sizes[name] != size:
+            return f"{name} has {size} of {sizes[name]} bytes (damaged or cut short)"
+    return None
 
 
 def checkpoints_of(run_dir: str | os.PathLike[str]) -> list[Path]:
@@ -130,7 +145,8 @@ def mark_checkpoint_complete(path: Path, global_step: int) -> None:
     for name in files:
         with open(path / name, "rb") as fh:
             os.fsync(fh.fileno())
-    write_json_atomic(path / COMPLETE_MARKER, {"global_step": global_step, "files": files})
+    sizes = {name: (path / name).stat().st_size for name in files}
+    write_json_atomic(path / COMPLETE_MARKER, {"global_step": global_step, "files": files, "sizes": sizes})
 
 
 @dataclasses.dataclass(frozen=True)

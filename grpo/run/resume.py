@@ -44,7 +44,7 @@ from typing import Any
 
 from grpo.config import GrpoConfig
 from grpo.errors import UserError
-from grpo.run.checkpoints import latest_complete
+from grpo.run.checkpoints import checkpoint_problem, checkpoint_step, checkpoints_of, latest_complete
 from grpo.run.layout import STAGE_CHECKPOINT_DIRS, RunLayout
 
 # keys (and key prefixes, before a dot) a resume may change without resume_force
@@ -123,6 +123,7 @@ class ResumePlan:
                 latest = None if stage in checkpoints else latest_complete(folder.stage_checkpoints(stage))
                 if latest is not None:
                     checkpoints[stage] = latest
+                    _say_skipped(folder.stage_checkpoints(stage), latest)
         plan = cls(root, chain, saved, choices, finished, checkpoints)
         if saved is None and plan.resumable:
             print(
@@ -193,6 +194,18 @@ def resumable(run_dir: str | os.PathLike[str], plan: ResumePlan | None = None) -
     if any(latest_complete(here.stage_checkpoints(stage)) for stage in STAGE_CHECKPOINT_DIRS):
         return True
     return plan is not None and plan.resumable
+
+
+def _say_skipped(root: Path, chosen: Path) -> None:
+    """One line per checkpoint newer than `chosen` that the resume skips, with why (killed while
+    saving, a file cut short or damaged): the resume goes on from an earlier step than the newest."""
+    step = checkpoint_step(chosen) or 0
+    for newer in checkpoints_of(root):
+        if (checkpoint_step(newer) or 0) > step:
+            print(
+                f"resume: skipping {newer} ({checkpoint_problem(newer)}); continuing from {chosen.name}",
+                file=sys.stderr,
+            )
 
 
 def _load(path: Path) -> Any:

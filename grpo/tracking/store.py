@@ -85,6 +85,28 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_sqlite_file(uri: str, field: str) -> None:
+    """A sqlite:/// store's file, when it exists, is an SQLite database (an empty file is one, to
+    be): a damaged or foreign file would fail deep inside SQLAlchemy, after the run began. Other
+    stores pass. UserError naming the file and the fix."""
+    path = sqlite_path(uri)
+    if path is None or not path.is_file():
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as ex:
+        raise UserError(f"{field}: cannot read the MLflow store {path} ({ex.strerror or ex})") from None
+    if head and head != SQLITE_HEADER[: len(head)] or 0 < len(head) < len(SQLITE_HEADER):
+        raise UserError(
+            f"{field}: {path} is not an SQLite database (damaged, or another kind of file), so MLflow cannot "
+            "use it as its store; move it away, or point tracking.uri=sqlite:///<another file>.db"
+        )
+
+
 def experiment_name(settings: GrpoConfig) -> str:
     """tracking.experiment, else one experiment per environment."""
     if settings.tracking.experiment:
@@ -164,9 +186,29 @@ def make_client(uri: str) -> MlflowClient:
 
     with _init_lock(uri):
         # building the client builds the store (tables on a fresh SQLite file); the query checks it
-        client = MlflowClient(tracking_uri=uri)
-        with_retry(client.search_experiments, max_results=1)
+        try:
+            client = MlflowClient(tracking_uri=uri)
+            with_retry(client.search_experiments, max_results=1)
+        except Exception as ex:
+            damage = _sqlite_damage(ex)
+            if damage is None or sqlite_path(uri) is None:
+                raise
+            raise UserError(
+                f"the MLflow store {sqlite_path(uri)} is damaged ({damage}); nothing was written to it: move "
+                "it away (a new store is then created) or point tracking.uri=sqlite:///<another file>.db"
+            ) from None
     return client
+
+
+def _sqlite_damage(ex: BaseException) -> str | None:
+    """SQLite's own words when `ex` (or its cause) says the database file is damaged, else None."""
+    while ex is not None:
+        text = str(getattr(ex, "orig", None) or ex).lower()
+        for words in ("database disk image is malformed", "file is not a database"):
+            if words in text:
+                return words
+        ex = ex.__cause__ or ex.__context__
+    return None
 
 
 def get_or_create_experiment(client: MlflowClient, name: str, location: str | None) -> str:

@@ -34,6 +34,7 @@ from grpo.run.layout import RunLayout
 from grpo.tracking import params as P
 from grpo.tracking.base import TRAIN_PREFIX, Tracker
 from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
+from grpo.tracking.spool import Spool
 from grpo.tracking.store import (
     artifact_location,
     experiment_name,
@@ -47,8 +48,6 @@ from grpo.tracking.store import (
 
 log = logging.getLogger(__name__)
 
-MAX_METRICS_PER_BATCH = 1000
-MAX_PARAMS_PER_BATCH = 100
 EVAL_PREFIX = "eval/"
 # curves drawn in plots/train_curves.png, when the run logged them (val/reward: trainer.eval_steps > 0)
 TRAIN_CURVES = ("train/reward", "val/reward", "train/kl")
@@ -80,6 +79,8 @@ class MlflowTracker(Tracker):
         self._logged: dict[str, int] = {}
         # MLflow's SystemMetricsMonitor while the run is open (tracking.system_metrics)
         self._system: Any = None
+        # the run's writes while the store is unreachable (grpo/tracking/spool.py)
+        self.spool = Spool(self.run_dir, self.uri)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -138,13 +139,14 @@ class MlflowTracker(Tracker):
                 self._log_tags({f"{P.TAG_PREFIX}{k}": str(v) for k, v in tags.items()})
             elif status != "FINISHED" and exc is not None:
                 message = " ".join(f"{type(exc).__name__}: {exc}".split())
-                with_retry(self.client.set_tag, self.run_id, f"{P.TAG_PREFIX}error", P.tag_value(message))
+                self._log_tags({f"{P.TAG_PREFIX}error": P.tag_value(message)})
             if self.settings.tracking.log_plots:
                 self.log_plots()
         except Exception as ex:  # noqa: BLE001 - never hide the run's own error behind a logging one
             log.warning("MLflow: could not log the end-of-run plots: %s", ex)
         try:
-            with_retry(self.client.set_terminated, self.run_id, status=status)
+            self._write("status", status=status, end_time=int(time.time() * 1000))
+            self.spool.close(self.client, self.run_id, f"python -m grpo.tracking.sync {self.run_dir}")
         except Exception as ex:  # noqa: BLE001
             if exc is None:
                 raise
@@ -168,7 +170,7 @@ class MlflowTracker(Tracker):
         tags[f"{P.TAG_PREFIX}model"] = str(settings.model.path or settings.model.name)
         self._log_tags(tags)
         name = "config.resumed.yaml" if self.resumed else "config.yaml"
-        with_retry(self.client.log_text, self.run_id, P.resolved_yaml(settings), name)
+        self._write("text", text=P.resolved_yaml(settings), artifact_file=name)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Metrics at `step`, in batches (one database transaction per batch)."""
@@ -183,10 +185,8 @@ class MlflowTracker(Tracker):
         # one value per step: a resumed run replays the steps after its checkpoint; the values the
         # interrupted process logged for them stay (MLflow cannot delete metric points)
         entities = [m for m in entities if m.step > self._logged.get(m.key, -1)]
-        for start in range(0, len(entities), MAX_METRICS_PER_BATCH):
-            with_retry(
-                self.client.log_batch, self.run_id, metrics=entities[start : start + MAX_METRICS_PER_BATCH]
-            )
+        if entities:
+            self._write("metrics", metrics=[[m.key, m.value, m.timestamp, m.step] for m in entities])
         self._last_step = max(self._last_step, int(step))
 
     def log_eval(self, label: str, result: Any, step: int = 0) -> None:
@@ -210,7 +210,7 @@ class MlflowTracker(Tracker):
         if limit > 0 and result.results_path is not None and Path(result.results_path).is_file():
             table = sample_table(Path(result.results_path), list(result.per_function), limit)
             if table["reward"]:
-                with_retry(self.client.log_table, self.run_id, data=table, artifact_file=table_file)
+                self._write("table", data=table, artifact_file=table_file)
 
     def _log_eval_input(self, label: str, result: Any) -> None:
         """The examples an evaluation ran on, as the run's dataset input (mlflow.data, context =
@@ -257,15 +257,11 @@ class MlflowTracker(Tracker):
 
         if self.resumed and step <= self._logged.get(f"{TRAIN_PREFIX}reward", -1):
             return
-        with_retry(self.client.log_table, self.run_id, data=dict(table), artifact_file=TABLE_FILE)
+        self._write("table", data=dict(table), artifact_file=TABLE_FILE)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or a directory (its contents) as artifacts of the run."""
-        path = Path(path)
-        if path.is_dir():
-            with_retry(self.client.log_artifacts, self.run_id, str(path), artifact_path)
-        else:
-            with_retry(self.client.log_artifact, self.run_id, str(path), artifact_path)
+        self._write("artifact", path=str(Path(path)), artifact_path=artifact_path)
 
     def log_tags(self, tags: Mapping[str, Any]) -> None:
         self._log_tags({k: P.tag_value(v) for k, v in tags.items()})
@@ -348,7 +344,7 @@ class MlflowTracker(Tracker):
                     )
                 )
             for f in files:
-                with_retry(self.client.log_artifact, self.run_id, str(f), "plots")
+                self._write("artifact", path=str(f), artifact_path="plots")
 
     # ---- helpers ---------------------------------------------------------------------------------
 
@@ -433,18 +429,16 @@ class MlflowTracker(Tracker):
         return {k: P.tag_value(v) for k, v in tags.items()}
 
     def _log_params(self, params: Mapping[str, str]) -> None:
-        from mlflow.entities import Param
-
-        items = [Param(k, v) for k, v in params.items()]
-        for start in range(0, len(items), MAX_PARAMS_PER_BATCH):
-            with_retry(self.client.log_batch, self.run_id, params=items[start : start + MAX_PARAMS_PER_BATCH])
+        if params:
+            self._write("params", params=dict(params))
 
     def _log_tags(self, tags: Mapping[str, str]) -> None:
-        from mlflow.entities import RunTag
+        if tags:
+            self._write("tags", tags=dict(tags))
 
-        items = [RunTag(k, v) for k, v in tags.items()]
-        for start in range(0, len(items), MAX_PARAMS_PER_BATCH):
-            with_retry(self.client.log_batch, self.run_id, tags=items[start : start + MAX_PARAMS_PER_BATCH])
+    def _write(self, op: str, **args: Any) -> None:
+        """One write to the run, kept in the spool while the store is unreachable."""
+        self.spool.write(self.client, self.run_id, op, **args)
 
     def _write_run_file(self) -> None:
         record = {"run_id": self.run_id, "experiment_id": self.experiment_id, "tracking_uri": self.uri}

@@ -49,6 +49,13 @@ def quiet_mlflow() -> None:
     """Keep MLflow offline and quiet: no telemetry, no migration chatter on a fresh database."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("DO_NOT_TRACK", "true")
+    # MLflow's REST client retries a failed request 7 times with backoff factor 2 (~4 minutes)
+    # before raising; grpo keeps a run's calls on disk instead (grpo/tracking/spool.py), so a
+    # dead server should cost seconds: 2 retries, 1 s apart, and a 30 s timeout per request
+    # (a value the user set wins)
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
     for name in ("mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -145,7 +152,12 @@ def _is_transient(ex: BaseException) -> bool:
 
 def with_retry(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Call `fn`, retrying transient store errors with jittered exponential backoff."""
-    deadline = time.monotonic() + RETRY_BUDGET_S
+    return retry_for(RETRY_BUDGET_S, fn, *args, **kwargs)
+
+
+def retry_for(budget_s: float, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`with_retry` within `budget_s` seconds."""
+    deadline = time.monotonic() + budget_s
     delay = 0.1
     while True:
         try:

@@ -1,0 +1,155 @@
+"""A tracking-server outage in the middle of training (grpo/tracking/spool.py): a real `mlflow
+server` process is stopped while the real TRL trainer trains the tiny model, for longer than a
+call's retry budget. Training goes on, the run's calls are kept on disk, and they are sent in
+order when the server is back (during the run, or later with `python -m grpo.tracking.sync`):
+the run ends FINISHED with every step's train/reward exactly once."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow import MlflowClient
+from mlflow_server import MlflowServer
+from transformers import TrainerCallback
+
+import grpo.tracking.spool as spool_module
+from grpo.compose import load_settings
+from grpo.envs import build_env
+from grpo.tracking import make_tracker
+from grpo.train.trainer import build_trainer
+
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
+
+
+class Outage(TrainerCallback):
+    """Stops the server after step `at`; starts it again `seconds` later (None: never)."""
+
+    def __init__(self, server: MlflowServer, at: int, seconds: float | None) -> None:
+        self.server, self.at, self.seconds = server, at, seconds
+        self.stopped_at: float | None = None
+        self.restarted = False
+        self.steps_while_down = 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            self.server.stop()
+            self.stopped_at = time.monotonic()
+        elif self.stopped_at is not None and not self.restarted:
+            self.steps_while_down += 1
+            if self.seconds is not None and time.monotonic() - self.stopped_at >= self.seconds:
+                self.server.start()
+                self.restarted = True
+
+
+def settings(tmp_path, url, steps):
+    return load_settings(
+        [
+            "+env=char_target",
+            "stages=[train]",
+            "tracking=mlflow",
+            f"tracking.uri={url}",
+            "tracking.system_metrics=false",
+            f"output_root={tmp_path}",
+            "trainer.num_generations=4",
+            "trainer.per_device_batch_completions=8",
+            f"trainer.max_steps={steps}",
+            "trainer.logging_steps=1",
+            "trainer.save_steps=1000",
+            "trainer.beta=0",
+            "trainer.max_completion_length=12",
+            "generation.max_tokens_per_turn=12",
+        ]
+    )
+
+
+def train_through(cfg, run_dir, outage):
+    env = build_env(cfg.env, cfg.language)
+    tracker = make_tracker(cfg, run_dir)
+    began = time.monotonic()
+    with tracker:
+        bundle = build_trainer(cfg, env, run_dir, tracker=tracker, callbacks=[outage])
+        bundle.trainer.train()
+    return tracker, time.monotonic() - began
+
+
+def reward_steps(url, run_id):
+    return [m.step for m in MlflowClient(url).get_metric_history(run_id, "train/reward")]
+
+
+def test_training_goes_on_through_an_outage_and_the_calls_arrive_once(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(spool_module, "PROBE_S", 2.0)  # try the store every 2 s while it is away
+    server = MlflowServer(tmp_path / "server")
+    url = server.start()
+    try:
+        outage = Outage(server, at=3, seconds=8.0)  # more than twice a call's retry budget (~3.5 s)
+        cfg = settings(tmp_path, url, steps=80)
+        with caplog.at_level(logging.WARNING, logger="grpo.tracking.spool"):
+            tracker, seconds = train_through(cfg, tmp_path / "run", outage)
+        assert outage.restarted and outage.steps_while_down > 5  # training went on meanwhile
+        client = MlflowClient(url)
+        run = client.get_run(tracker.run_id)
+        assert run.info.status == "FINISHED"
+        assert reward_steps(url, tracker.run_id) == list(range(1, 81))  # every step, once
+        messages = [r.getMessage() for r in caplog.records]
+        assert sum("is unreachable" in m for m in messages) == 1
+        back = [m for m in messages if "answers again" in m]
+        assert len(back) == 1 and "kept call(s) sent, in order" in back[0]
+        assert not tracker.spool.pending
+        print(
+            f"outage run: {seconds:.1f} s for 80 steps, {outage.steps_while_down} steps while the server was down"
+        )
+    finally:
+        server.stop()
+
+
+def test_a_server_that_never_returns_is_synced_later_once(tmp_path, caplog):
+    server = MlflowServer(tmp_path / "server")
+    url = server.start()
+    try:
+        outage = Outage(server, at=2, seconds=None)
+        cfg = settings(tmp_path, url, steps=6)
+        run_dir = tmp_path / "run"
+        with caplog.at_level(logging.WARNING, logger="grpo.tracking.spool"):
+            tracker, _ = train_through(cfg, run_dir, outage)  # ends normally
+        left = [r.getMessage() for r in caplog.records if "still unreachable" in r.getMessage()]
+        assert len(left) == 1 and f"python -m grpo.tracking.sync {run_dir}" in left[0]
+        kept = tracker.spool.pending
+        assert kept > 0
+
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        sync = [sys.executable, "-m", "grpo.tracking.sync", str(run_dir)]
+        away = subprocess.run(sync, capture_output=True, text=True, env=env, timeout=300)
+        assert (
+            away.returncode == 1
+            and "unreachable" in away.stderr
+            and f"{kept} call(s) stay kept" in away.stderr
+        )
+
+        server.start()
+        first = subprocess.run(sync, capture_output=True, text=True, env=env, timeout=300)
+        assert first.returncode == 0, first.stderr
+        assert f"sent {kept} kept call(s) to run {tracker.run_id}" in first.stdout
+        second = subprocess.run(sync, capture_output=True, text=True, env=env, timeout=300)
+        assert second.returncode == 0 and "nothing to send" in second.stdout
+
+        run = MlflowClient(url).get_run(tracker.run_id)
+        assert run.info.status == "FINISHED"
+        assert reward_steps(url, tracker.run_id) == list(range(1, 7))  # once each, after two syncs
+    finally:
+        server.stop()
+
+
+def test_sync_of_a_folder_that_is_not_a_run_is_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo.tracking.sync", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "no readable mlflow_run.json" in proc.stderr

@@ -68,8 +68,6 @@ class LastBatch(TrainerCallback):
 
 
 def test_training_logs_the_completions_of_each_logging_step(tmp_path):
-    from grpo.tracking.completions import CompletionsCallback
-
     db = tmp_path / "mlflow.db"
     make_client(f"sqlite:///{db}")
     cfg = load_settings(
@@ -100,7 +98,12 @@ def test_training_logs_the_completions_of_each_logging_step(tmp_path):
     with tracker:
         bundle = build_trainer(cfg, env, tmp_path / "run", rewards=rewards, tracker=tracker, callbacks=[seen])
         seen.bundle = bundle
-        assert any(isinstance(cb, CompletionsCallback) for cb in bundle.trainer.callback_handler.callbacks)
+        tables = [
+            cb
+            for cb in bundle.trainer.callback_handler.callbacks
+            if type(cb).__name__ == "CompletionsCallback"
+        ]
+        assert len(tables) == 1 and tables[0].trainer is bundle.trainer
         bundle.trainer.train()
 
     client = MlflowClient(tracking_uri(cfg))

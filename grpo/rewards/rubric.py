@@ -43,11 +43,7 @@ from grpo.envs.rubric import (
     Rubric,
     checked_score,
 )
-
-# the completions table's columns that the first adapter adds to TRL's record (TRL's `log_extra`)
-EPISODE_COLUMN = "episode"
-LANGUAGE_COLUMN = "language"
-MODEL_TOKENS_COLUMN = "model_tokens"
+from grpo.tracking.completions import EPISODE_COLUMN, LANGUAGE_COLUMN, MODEL_TOKENS_COLUMN
 
 
 class RubricReward:

@@ -25,14 +25,16 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from transformers import TrainerCallback
-
-from grpo.rewards.rubric import EPISODE_COLUMN, LANGUAGE_COLUMN, MODEL_TOKENS_COLUMN
+from grpo.tracking.render import last_user_message, render_messages
 
 log = logging.getLogger(__name__)
 
 # the artifact the table is appended to (MLflow)
 TABLE_FILE = "train/completions.json"
+# the columns the first rubric adapter adds to TRL's record through its log_extra (grpo/rewards/rubric.py)
+EPISODE_COLUMN = "episode"
+LANGUAGE_COLUMN = "language"
+MODEL_TOKENS_COLUMN = "model_tokens"
 FIXED_COLUMNS = ("step", "language", "prompt", "completion", "reward", "advantage", "model_tokens")
 
 
@@ -60,8 +62,6 @@ def completions_table(
     generation batch: `record` has "prompt", "completion", "rewards" (function name -> scores, NaN
     where a function does not apply), "advantages" and "extra" (column -> values); `names` and
     `weights` are the reward functions in TRL's order."""
-    from grpo.tracking.mlflow_tracker import last_user_message, render_messages
-
     prompts = list(record.get("prompt", ()))
     extra = record.get("extra", {})
     count = len(prompts)
@@ -95,39 +95,45 @@ def completions_table(
     return table
 
 
-class CompletionsCallback(TrainerCallback):
-    """Every logging step (on the main process), `log_table(table, step)` with the table of the
-    step's last generation batch. `trainer` is set once the GRPOTrainer exists. A failure costs the
-    table, never the training run (one warning line)."""
+def completions_callback(log_table: Callable[[dict[str, list[Any]], int], None], n: int) -> Any:
+    """A transformers TrainerCallback that, every logging step (on the main process), calls
+    `log_table(table, step)` with the table of the step's last generation batch. Its `trainer` is
+    set once the GRPOTrainer exists. A failure costs the table, never the training run (one warning
+    line). transformers is imported here, not with the module."""
+    from transformers import TrainerCallback
 
-    def __init__(self, log_table: Callable[[dict[str, list[Any]], int], None], n: int) -> None:
-        self.log_table = log_table
-        self.n = int(n)
-        self.trainer: Any = None
-        self._warned = False
+    class CompletionsCallback(TrainerCallback):
+        def __init__(self) -> None:
+            self.n = int(n)
+            self.trainer: Any = None
+            self._warned = False
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-        if not logs or "reward" not in logs or not state.is_world_process_zero or self.trainer is None:
-            return
-        record = getattr(self.trainer, "_logs", None)
-        names = getattr(self.trainer, "reward_func_names", None)
-        weights = getattr(self.trainer, "reward_weights", None)
-        if not isinstance(record, Mapping) or names is None or weights is None:
-            self._warn("this TRL version keeps no record of the batch's completions: no completions table")
-            return
-        try:
-            table = completions_table(
-                record, list(names), [float(w) for w in weights], state.global_step, self.n
-            )
-            if table["step"]:
-                self.log_table(table, int(state.global_step))
-        except Exception as ex:  # noqa: BLE001 - the table must not stop training
-            self._warn(f"the completions table of step {state.global_step} was not logged: {ex}")
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if not logs or "reward" not in logs or not state.is_world_process_zero or self.trainer is None:
+                return
+            record = getattr(self.trainer, "_logs", None)
+            names = getattr(self.trainer, "reward_func_names", None)
+            weights = getattr(self.trainer, "reward_weights", None)
+            if not isinstance(record, Mapping) or names is None or weights is None:
+                self._warn(
+                    "this TRL version keeps no record of the batch's completions: no completions table"
+                )
+                return
+            try:
+                table = completions_table(
+                    record, list(names), [float(w) for w in weights], state.global_step, self.n
+                )
+                if table["step"]:
+                    log_table(table, int(state.global_step))
+            except Exception as ex:  # noqa: BLE001 - the table must not stop training
+                self._warn(f"the completions table of step {state.global_step} was not logged: {ex}")
 
-    def _warn(self, message: str) -> None:
-        if not self._warned:
-            log.warning("%s", message)
-            self._warned = True
+        def _warn(self, message: str) -> None:
+            if not self._warned:
+                log.warning("%s", message)
+                self._warned = True
+
+    return CompletionsCallback()
 
 
 def _column(extra: Mapping[str, Any], name: str, count: int) -> list[Any]:

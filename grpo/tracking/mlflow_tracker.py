@@ -34,6 +34,7 @@ from grpo.run.layout import RunLayout
 from grpo.tracking import params as P
 from grpo.tracking.base import TRAIN_PREFIX, Tracker
 from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
+from grpo.tracking.render import last_user_message, render_messages
 from grpo.tracking.spool import Spool
 from grpo.tracking.store import (
     artifact_location,
@@ -246,9 +247,9 @@ class MlflowTracker(Tracker):
         n = int(self.settings.tracking.log_completions)
         if n <= 0:
             return None
-        from grpo.tracking.completions import CompletionsCallback
+        from grpo.tracking.completions import completions_callback
 
-        return CompletionsCallback(self.log_completions, n)
+        return completions_callback(self.log_completions, n)
 
     def log_completions(self, table: Mapping[str, list[Any]], step: int) -> None:
         """Append a logging step's rows to the run's completions table (train/completions.json). A
@@ -521,34 +522,6 @@ def eval_scores(metrics: Mapping[str, float]) -> dict[str, dict[str, float]]:
             scores.setdefault(t["label"], {})[TOTAL_BAR] = value
     order = {label: i for i, label in enumerate(_LABEL_ORDER)}
     return {k: scores[k] for k in sorted(scores, key=lambda x: (order.get(x, len(order)), x))}
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return json.dumps(content, ensure_ascii=False)
-
-
-def render_messages(messages: Any) -> str:
-    """Chat messages as readable text: one message as its content, several as `[role] content` blocks."""
-    if isinstance(messages, str):
-        return messages
-    if not isinstance(messages, list):
-        return _text(messages)
-    if len(messages) == 1 and isinstance(messages[0], dict):
-        return _text(messages[0].get("content", ""))
-    return "\n\n".join(
-        f"[{m.get('role', '?')}] {_text(m.get('content', ''))}" if isinstance(m, dict) else _text(m)
-        for m in messages
-    )
-
-
-def last_user_message(prompt: Any) -> str:
-    if isinstance(prompt, list):
-        for m in reversed(prompt):
-            if isinstance(m, dict) and m.get("role") == "user":
-                return _text(m.get("content", ""))
-    return render_messages(prompt)
 
 
 def _registered(name: str | None, info: Any) -> str:

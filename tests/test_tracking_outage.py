@@ -72,6 +72,7 @@ def train_through(cfg, run_dir, outage):
     tracker = make_tracker(cfg, run_dir)
     began = time.monotonic()
     with tracker:
+        tracker.log_config(cfg)
         bundle = build_trainer(cfg, env, run_dir, tracker=tracker, callbacks=[outage])
         bundle.trainer.train()
     return tracker, time.monotonic() - began
@@ -153,3 +154,95 @@ def test_sync_of_a_folder_that_is_not_a_run_is_one_line(tmp_path):
     )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "no readable mlflow_run.json" in proc.stderr
+
+
+class ServerLater(TrainerCallback):
+    """Starts the server once training has done `at` steps (the run started while it was away)."""
+
+    def __init__(self, server: MlflowServer, at: int) -> None:
+        self.server, self.at, self.started = server, at, False
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at and not self.started:
+            self.server.start()
+            self.started = True
+
+
+def test_a_run_that_starts_while_the_server_is_away_is_created_when_it_answers(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(spool_module, "PROBE_S", 1.0)
+    server = MlflowServer(tmp_path / "server")  # not started yet
+    try:
+        cfg = settings(tmp_path, server.url, steps=12)
+        run_dir = tmp_path / "run"
+        with caplog.at_level(logging.WARNING, logger="grpo.tracking.spool"):
+            tracker, _ = train_through(cfg, run_dir, ServerLater(server, at=3))
+        assert tracker.run_id is not None  # created from the kept call once the server answered
+        client = MlflowClient(server.url)
+        run = client.get_run(tracker.run_id)
+        assert run.info.status == "FINISHED"
+        assert client.get_experiment(run.info.experiment_id).name == "grpo-char_target"
+        assert reward_steps(server.url, tracker.run_id) == list(range(1, 13))
+        assert run.data.params["cfg.trainer.max_steps"] == "12"
+        recorded = (run_dir / "mlflow_run.json").read_text()
+        assert tracker.run_id in recorded
+        messages = [r.getMessage() for r in caplog.records]
+        assert sum("is unreachable" in m for m in messages) == 1
+        assert sum("answers again" in m for m in messages) == 1
+    finally:
+        server.stop()
+
+
+def test_sweep_children_started_while_the_server_is_away_land_under_their_parent(tmp_path):
+    server = MlflowServer(tmp_path / "server")
+    url = server.start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "GRPO_"))}
+    env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    sweep_dir = tmp_path / "sweep"
+    args = [
+        sys.executable, "-m", "grpo", "-m", "+env=char_target", "model=tiny", "stages=[train]",
+        "tracking=mlflow", f"tracking.uri={url}", "tracking.system_metrics=false", f"output_root={tmp_path}",
+        f"hydra.sweep.dir={sweep_dir}", "trainer.num_generations=4", "trainer.per_device_batch_completions=8",
+        "trainer.max_completion_length=16", "generation.max_tokens_per_turn=16", "trainer.save_steps=1000",
+        "trainer.max_steps=3,4",
+    ]  # fmt: skip
+    try:
+        proc = subprocess.Popen(
+            args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        client = MlflowClient(url)
+        deadline = time.monotonic() + 300
+        parent = None
+        while (
+            parent is None and time.monotonic() < deadline and proc.poll() is None
+        ):  # the parent, then the outage
+            experiments = [e.experiment_id for e in client.search_experiments()]
+            found = (
+                client.search_runs(experiments, filter_string="tags.`grpo.sweep` = 'true'")
+                if experiments
+                else []
+            )
+            parent = found[0] if found else None
+            time.sleep(0.2)
+        assert parent is not None, proc.communicate()[1][-3000:]
+        server.stop()
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        assert (sweep_dir / "1" / "mlflow_spool").is_dir()  # the second job started while it was away
+
+        server.start()
+        for job in ("0", "1"):
+            synced = subprocess.run(
+                [sys.executable, "-m", "grpo.tracking.sync", str(sweep_dir / job)],
+                capture_output=True, text=True, env=env, timeout=300,
+            )  # fmt: skip
+            assert synced.returncode == 0, synced.stderr
+        children = client.search_runs(
+            [parent.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"
+        )
+        assert sorted(c.data.params["cfg.trainer.max_steps"] for c in children) == ["3", "4"]
+        for child in children:
+            steps = int(child.data.params["cfg.trainer.max_steps"])
+            assert child.info.status == "FINISHED"
+            assert reward_steps(url, child.info.run_id) == list(range(1, steps + 1))
+    finally:
+        server.stop()

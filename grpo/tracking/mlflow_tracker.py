@@ -35,7 +35,7 @@ from grpo.tracking import params as P
 from grpo.tracking.base import TRAIN_PREFIX, Tracker
 from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
 from grpo.tracking.render import last_user_message, render_messages
-from grpo.tracking.spool import Spool
+from grpo.tracking.spool import Spool, unreachable
 from grpo.tracking.store import (
     artifact_location,
     experiment_name,
@@ -86,29 +86,17 @@ class MlflowTracker(Tracker):
     # ---- lifecycle -------------------------------------------------------------------------------
 
     def __enter__(self) -> MlflowTracker:
-        self.client = make_client(self.uri)
         job = current_job()
         sweep = self._sweep(job)
-        run_id = self._resumable_run_id()
-        if run_id is not None:
-            with_retry(self.client.update_run, run_id, status="RUNNING")
-            with_retry(self.client.set_tag, run_id, f"{P.TAG_PREFIX}resumed_in", str(self.run_dir))
-            self.resumed = True
-            run = with_retry(self.client.get_run, run_id)
-            self._logged = self._last_logged_steps(run)
-        else:
-            if sweep is not None:  # the children of a sweep live in their parent's experiment
-                experiment_id = sweep.experiment_id
-            else:
-                name = experiment_name(self.settings)
-                location = artifact_location(self.settings, self.uri, name)
-                experiment_id = get_or_create_experiment(self.client, name, location)
-            run = with_retry(
-                self.client.create_run,
-                experiment_id,
-                run_name=self._run_name(job, sweep),
-                tags=self._start_tags(job, sweep),
-            )
+        try:
+            self.client = make_client(self.uri)
+            run = self._open_run(job, sweep)
+        except Exception as ex:
+            # a fresh run (or a sweep's child) whose store is away: created once it answers
+            if self.run_id is not None or self.settings.resume or not unreachable(ex):
+                raise
+            self._start_offline(job, sweep, ex)
+            return self
         self.run_id = run.info.run_id
         self.experiment_id = run.info.experiment_id
         self._write_run_file()
@@ -124,10 +112,50 @@ class MlflowTracker(Tracker):
         )
         return self
 
+    def _open_run(self, job: JobInfo | None, sweep: SweepInfo | None) -> Any:
+        """The resumed run reopened, or a new run (a sweep job: under its parent)."""
+        run_id = self._resumable_run_id()
+        if run_id is not None:
+            with_retry(self.client.update_run, run_id, status="RUNNING")
+            with_retry(self.client.set_tag, run_id, f"{P.TAG_PREFIX}resumed_in", str(self.run_dir))
+            self.resumed = True
+            run = with_retry(self.client.get_run, run_id)
+            self._logged = self._last_logged_steps(run)
+            return run
+        if sweep is not None:  # the children of a sweep live in their parent's experiment
+            experiment_id = sweep.experiment_id
+        else:
+            name = experiment_name(self.settings)
+            location = artifact_location(self.settings, self.uri, name)
+            experiment_id = get_or_create_experiment(self.client, name, location)
+        return with_retry(
+            self.client.create_run,
+            experiment_id,
+            run_name=self._run_name(job, sweep),
+            tags=self._start_tags(job, sweep),
+        )
+
+    def _start_offline(self, job: JobInfo | None, sweep: SweepInfo | None, ex: BaseException) -> None:
+        """The store is away as the run starts: the run's creation is the first kept call (in its
+        experiment, or under the sweep's parent, whose ids are on disk), so it exists with all its
+        calls once the store answers (or `python -m grpo.tracking.sync` sends them). No system
+        metrics meanwhile: MLflow's monitor needs the run."""
+        name = experiment_name(self.settings)
+        self.experiment_id = sweep.experiment_id if sweep is not None else None
+        self.spool.keep_run_creation(
+            ex,
+            experiment_id=self.experiment_id,
+            experiment_name=name,
+            artifact_location=artifact_location(self.settings, self.uri, name),
+            run_name=self._run_name(job, sweep),
+            tags=self._start_tags(job, sweep),
+            start_time=int(time.time() * 1000),
+        )
+
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        if self.run_id is None:
+        if self.run_id is None and not self.spool.pending:
             return False
         status = _status(exc)
         if self._system is not None:  # its last samples go in before the run is closed
@@ -141,7 +169,11 @@ class MlflowTracker(Tracker):
             elif status != "FINISHED" and exc is not None:
                 message = " ".join(f"{type(exc).__name__}: {exc}".split())
                 self._log_tags({f"{P.TAG_PREFIX}error": P.tag_value(message)})
-            if self.settings.tracking.log_plots:
+            if self.spool.pending:
+                self._adopt(self.spool.replay(self.client, self.run_id))
+            if self.settings.tracking.log_plots and self.spool.pending:
+                log.warning("MLflow: no end-of-run plots: the store does not have the run's metrics yet")
+            elif self.settings.tracking.log_plots:
                 self.log_plots()
         except Exception as ex:  # noqa: BLE001 - never hide the run's own error behind a logging one
             log.warning("MLflow: could not log the end-of-run plots: %s", ex)
@@ -439,7 +471,14 @@ class MlflowTracker(Tracker):
 
     def _write(self, op: str, **args: Any) -> None:
         """One write to the run, kept in the spool while the store is unreachable."""
-        self.spool.write(self.client, self.run_id, op, **args)
+        self._adopt(self.spool.write(self.client, self.run_id, op, **args))
+
+    def _adopt(self, _: Any = None) -> None:
+        """A run created late (its store was away as it started) takes the id its kept creation got."""
+        if self.run_id is None and self.spool.run_id is not None:
+            self.run_id, self.experiment_id = self.spool.run_id, self.spool.experiment_id
+            self.client = self.spool.client or self.client
+            print(f"mlflow: the run was created as {self.run_id} once the store answered")
 
     def _write_run_file(self) -> None:
         record = {"run_id": self.run_id, "experiment_id": self.experiment_id, "tracking_uri": self.uri}

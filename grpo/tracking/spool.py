@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 SPOOL_DIR = "mlflow_spool"
 CALLS_FILE = "calls.jsonl"
 SENT_FILE = "sent"
+# the store the kept calls go to (a run created offline has no mlflow_run.json yet)
+STORE_FILE = "store.json"
 # while the store is away, how often a write first tries to send what is kept
 PROBE_S = 15.0
 # how long a write retries a busy store (a locked SQLite file, a 503) before it is kept
@@ -126,8 +128,13 @@ class Spool:
     """The tracking calls of one run that the store has not taken yet (see the module docstring)."""
 
     def __init__(self, run_dir: str | Path, uri: str, probe_s: float | None = None) -> None:
-        self.dir = Path(run_dir) / SPOOL_DIR
+        self.run_dir = Path(run_dir)
+        self.dir = self.run_dir / SPOOL_DIR
         self.uri = uri
+        # the run, once it exists (a run created offline gets its id when its creation is sent)
+        self.run_id: str | None = None
+        self.experiment_id: str | None = None
+        self.client: Any = None
         self.probe_s = PROBE_S if probe_s is None else probe_s
         self.away_since: float | None = None  # set while the store is unreachable
         self._last_try = 0.0
@@ -193,9 +200,18 @@ class Spool:
 
     # ---- sending -------------------------------------------------------------------------------
 
-    def write(self, client: Any, run_id: str, op: str, **args: Any) -> None:
+    def keep_run_creation(self, ex: BaseException, **args: Any) -> None:
+        """The store is away as the run starts: its creation is the first call kept (experiment_id,
+        or experiment_name and artifact_location; run_name, tags, start_time)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.dir / STORE_FILE, json.dumps({"tracking_uri": self.uri}))
+        self._went_away(ex)
+        self._keep("create_run", args)
+
+    def write(self, client: Any, run_id: str | None, op: str, **args: Any) -> None:
         """Send one call, or keep it when the store is unreachable (or calls are already kept:
         their order is kept too). Raises only for a call the store refuses."""
+        run_id = run_id or self.run_id
         if self._kept:
             self._keep(op, args)
             if time.monotonic() - self._last_try >= self.probe_s:
@@ -211,18 +227,32 @@ class Spool:
             self._went_away(ex)
             self._keep(op, args)
 
-    def replay(self, client: Any, run_id: str) -> int:
+    def replay(self, client: Any, run_id: str | None) -> int:
         """Send the kept calls, oldest first, until one fails; the number sent. The first time
-        everything has gone in after an outage, one line says so."""
+        everything has gone in after an outage, one line says so. `client` may be None (a run that
+        started offline): one is made once the store answers."""
         self._last_try = time.monotonic()
         if self.away_since is not None and not store_answers(self.uri):
             return 0  # still away: no call is tried (each would cost MLflow's retries)
+        if client is None:
+            from grpo.tracking.store import make_client
+
+            try:
+                client = self.client = make_client(self.uri)
+            except Exception as ex:
+                if not unreachable(ex):
+                    raise
+                return 0
+        run_id = run_id or self.run_id
         calls, done = self.calls(), self.sent()
         self._total = len(calls)
         sent = 0
         for index in range(done, len(calls)):
             try:
-                send(client, run_id, calls[index]["op"], calls[index]["args"])
+                if calls[index]["op"] == "create_run":
+                    run_id = self._create_run(client, calls[index]["args"])
+                else:
+                    send(client, run_id, calls[index]["op"], calls[index]["args"])
             except Exception as ex:
                 if not unreachable(ex):
                     # a call the store refuses would block every later one: say so, skip it
@@ -248,7 +278,32 @@ class Spool:
             self.away_since = None
         return sent
 
-    def close(self, client: Any, run_id: str, sync_command: str) -> None:
+    def _create_run(self, client: Any, args: Mapping[str, Any]) -> str:
+        """The kept creation of a run that started offline (once: a replay cut short after it
+        finds the run in mlflow_run.json)."""
+        from grpo.run.layout import RunLayout
+        from grpo.tracking.store import get_or_create_experiment
+
+        record_file = RunLayout(self.run_dir).mlflow_run
+        if record_file.is_file():
+            record = json.loads(record_file.read_text(encoding="utf-8"))
+            self.run_id, self.experiment_id = str(record["run_id"]), str(record["experiment_id"])
+            return self.run_id
+        experiment_id = args.get("experiment_id") or get_or_create_experiment(
+            client, args["experiment_name"], args.get("artifact_location")
+        )
+        run = client.create_run(
+            experiment_id,
+            start_time=args.get("start_time"),
+            tags=dict(args["tags"]),
+            run_name=args["run_name"],
+        )
+        self.run_id, self.experiment_id = run.info.run_id, run.info.experiment_id
+        record = {"run_id": self.run_id, "experiment_id": self.experiment_id, "tracking_uri": self.uri}
+        write_text_atomic(record_file, json.dumps(record))
+        return self.run_id
+
+    def close(self, client: Any, run_id: str | None, sync_command: str) -> None:
         """At the end of the run: one last try to send what is kept, then one line for what is left."""
         if not self._kept:
             return

@@ -60,6 +60,9 @@ def quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     for name in ("mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # one "Retrying ..." warning per retry of a request to a server that is away: the spool says
+    # it once instead (grpo/tracking/spool.py)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 def tracking_uri(settings: GrpoConfig) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from grpo.errors import UserError
 from grpo.run.layout import RunLayout
-from grpo.tracking.spool import Spool
+from grpo.tracking.spool import SPOOL_DIR, STORE_FILE, Spool
 
 
 def sync(run_dir: str | Path) -> int:
@@ -25,10 +25,14 @@ def sync(run_dir: str | Path) -> int:
 
     run_dir = Path(run_dir).expanduser()
     record_file = RunLayout(run_dir).mlflow_run
+    # a run that started while its store was away has no run yet, only the store its calls go to
+    store_file = run_dir / SPOOL_DIR / STORE_FILE
     try:
-        record = json.loads(record_file.read_text(encoding="utf-8"))
-        run_id, uri = str(record["run_id"]), str(record["tracking_uri"])
-    except (OSError, ValueError, KeyError, TypeError):
+        record = json.loads(
+            (record_file if record_file.is_file() else store_file).read_text(encoding="utf-8")
+        )
+        run_id, uri = record.get("run_id"), str(record["tracking_uri"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise UserError(
             f"{run_dir}: no readable {record_file.name}: not the folder of a run logged to MLflow"
         ) from None
@@ -45,6 +49,7 @@ def sync(run_dir: str | Path) -> int:
         return before
     spool.away_since = None  # this command says what it did in its own line
     sent = spool.replay(client, run_id)
+    run_id = spool.run_id or run_id
     if spool.pending:
         print(f"sync: sent {sent} of {before} kept call(s) to run {run_id}; the store stopped answering, "
               f"{spool.pending} stay kept: run the command again", file=sys.stderr)  # fmt: skip

@@ -7,6 +7,7 @@
     <run folder>/
       .hydra/config.yaml        the settings the run used (a resume starts from them), hydra.yaml
       mlflow_run.json           the MLflow run it logs to (a resume reopens it)
+      mlflow_spool/             tracking calls kept while the store was away (grpo/tracking/spool.py)
       reward_model/             the reward_model stage's model dir: HF files, rm_calibration.json,
                                 rm_metrics.json, pairs_train.jsonl, pairs_heldout.jsonl, and
                                 rm_meta.json written last (a dir without it is not complete)

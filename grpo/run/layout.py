@@ -39,6 +39,7 @@ HYDRA_DIR = ".hydra"
 SAVED_CONFIG = "config.yaml"  # in HYDRA_DIR: the run's composed (and, on resume, effective) config
 SAVED_HYDRA = "hydra.yaml"  # in HYDRA_DIR: Hydra's own config, with the group choices
 MLFLOW_RUN_FILE = "mlflow_run.json"
+MLFLOW_SPOOL_DIR = "mlflow_spool"
 REWARD_MODEL_DIR = "reward_model"
 SFT_DIR = "sft"
 INITIAL_MODEL_DIR = "initial_model"
@@ -104,6 +105,10 @@ class RunLayout:
     @property
     def mlflow_run(self) -> Path:
         return self.root / MLFLOW_RUN_FILE
+
+    @property
+    def mlflow_spool(self) -> Path:
+        return self.root / MLFLOW_SPOOL_DIR
 
     @property
     def reward_model(self) -> Path:

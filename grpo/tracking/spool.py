@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from grpo.files import write_text_atomic
+from grpo.run.layout import RunLayout
 
 log = logging.getLogger(__name__)
 
-SPOOL_DIR = "mlflow_spool"
 CALLS_FILE = "calls.jsonl"
 SENT_FILE = "sent"
 # the store the kept calls go to (a run created offline has no mlflow_run.json yet)
@@ -129,7 +129,7 @@ class Spool:
 
     def __init__(self, run_dir: str | Path, uri: str, probe_s: float | None = None) -> None:
         self.run_dir = Path(run_dir)
-        self.dir = self.run_dir / SPOOL_DIR
+        self.dir = RunLayout(self.run_dir).mlflow_spool
         self.uri = uri
         # the run, once it exists (a run created offline gets its id when its creation is sent)
         self.run_id: str | None = None
@@ -281,7 +281,6 @@ class Spool:
     def _create_run(self, client: Any, args: Mapping[str, Any]) -> str:
         """The kept creation of a run that started offline (once: a replay cut short after it
         finds the run in mlflow_run.json)."""
-        from grpo.run.layout import RunLayout
         from grpo.tracking.store import get_or_create_experiment
 
         record_file = RunLayout(self.run_dir).mlflow_run

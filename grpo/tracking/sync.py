@@ -16,7 +16,7 @@ from pathlib import Path
 
 from grpo.errors import UserError
 from grpo.run.layout import RunLayout
-from grpo.tracking.spool import SPOOL_DIR, STORE_FILE, Spool
+from grpo.tracking.spool import STORE_FILE, Spool
 
 
 def sync(run_dir: str | Path) -> int:
@@ -26,7 +26,7 @@ def sync(run_dir: str | Path) -> int:
     run_dir = Path(run_dir).expanduser()
     record_file = RunLayout(run_dir).mlflow_run
     # a run that started while its store was away has no run yet, only the store its calls go to
-    store_file = run_dir / SPOOL_DIR / STORE_FILE
+    store_file = RunLayout(run_dir).mlflow_spool / STORE_FILE
     try:
         record = json.loads(
             (record_file if record_file.is_file() else store_file).read_text(encoding="utf-8")

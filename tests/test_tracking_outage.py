@@ -87,22 +87,22 @@ def test_training_goes_on_through_an_outage_and_the_calls_arrive_once(tmp_path, 
     server = MlflowServer(tmp_path / "server")
     url = server.start()
     try:
-        outage = Outage(server, at=3, seconds=8.0)  # more than twice a call's retry budget (~3.5 s)
-        cfg = settings(tmp_path, url, steps=80)
+        outage = Outage(server, at=3, seconds=6.0)  # more than a call's retry budget (~3.5 s)
+        cfg = settings(tmp_path, url, steps=40)
         with caplog.at_level(logging.WARNING, logger="grpo.tracking.spool"):
             tracker, seconds = train_through(cfg, tmp_path / "run", outage)
         assert outage.restarted and outage.steps_while_down > 5  # training went on meanwhile
         client = MlflowClient(url)
         run = client.get_run(tracker.run_id)
         assert run.info.status == "FINISHED"
-        assert reward_steps(url, tracker.run_id) == list(range(1, 81))  # every step, once
+        assert reward_steps(url, tracker.run_id) == list(range(1, 41))  # every step, once
         messages = [r.getMessage() for r in caplog.records]
         assert sum("is unreachable" in m for m in messages) == 1
         back = [m for m in messages if "answers again" in m]
         assert len(back) == 1 and "kept call(s) sent, in order" in back[0]
         assert not tracker.spool.pending
         print(
-            f"outage run: {seconds:.1f} s for 80 steps, {outage.steps_while_down} steps while the server was down"
+            f"outage run: {seconds:.1f} s for 40 steps, {outage.steps_while_down} steps while the server was down"
         )
     finally:
         server.stop()
@@ -246,3 +246,33 @@ def test_sweep_children_started_while_the_server_is_away_land_under_their_parent
             assert reward_steps(url, child.info.run_id) == list(range(1, steps + 1))
     finally:
         server.stop()
+
+
+def test_a_locked_sqlite_store_keeps_the_calls_until_it_is_free(tmp_path, monkeypatch, caplog):
+    import sqlite3
+
+    from grpo.tracking.store import make_client
+
+    monkeypatch.setattr(spool_module, "WRITE_BUDGET_S", 1.0)  # keep a busy store's call after 1 s
+    monkeypatch.setattr(spool_module, "PROBE_S", 0.0)  # and try again at the next call
+    db = tmp_path / "mlflow.db"
+    make_client(f"sqlite:///{db}")
+    cfg = load_settings(
+        ["+env=char_target", "tracking=mlflow", f"output_root={tmp_path}", "tracking.system_metrics=false"]
+    )
+    tracker = make_tracker(cfg, tmp_path / "run")
+    with caplog.at_level(logging.WARNING, logger="grpo.tracking.spool"), tracker:
+        tracker.log_metrics({"train/reward": 0.1}, step=1)
+        lock = sqlite3.connect(db, timeout=0.1)
+        lock.execute("BEGIN EXCLUSIVE")  # another process holds the file
+        tracker.log_metrics({"train/reward": 0.2}, step=2)  # kept: the store is locked
+        assert tracker.spool.pending == 1
+        lock.rollback()
+        lock.close()
+        tracker.log_metrics({"train/reward": 0.3}, step=3)  # sends the kept call first, then this one
+        assert tracker.spool.pending == 0
+    history = MlflowClient(f"sqlite:///{db}").get_metric_history(tracker.run_id, "train/reward")
+    assert [(m.step, m.value) for m in history] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("is unreachable" in m and "database is locked" in m for m in messages)
+    assert any("answers again" in m for m in messages)

@@ -27,10 +27,11 @@ pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 
 class Outage(TrainerCallback):
-    """Stops the server after step `at`; starts it again `seconds` later (None: never)."""
+    """Stops the server after step `at`; at step `until` starts it again, once at least `seconds`
+    have passed since it stopped (until=None: never)."""
 
-    def __init__(self, server: MlflowServer, at: int, seconds: float | None) -> None:
-        self.server, self.at, self.seconds = server, at, seconds
+    def __init__(self, server: MlflowServer, at: int, until: int | None = None, seconds: float = 0.0) -> None:
+        self.server, self.at, self.until, self.seconds = server, at, until, seconds
         self.stopped_at: float | None = None
         self.restarted = False
         self.steps_while_down = 0
@@ -41,7 +42,9 @@ class Outage(TrainerCallback):
             self.stopped_at = time.monotonic()
         elif self.stopped_at is not None and not self.restarted:
             self.steps_while_down += 1
-            if self.seconds is not None and time.monotonic() - self.stopped_at >= self.seconds:
+            if state.global_step == self.until:
+                time.sleep(max(0.0, self.seconds - (time.monotonic() - self.stopped_at)))
+                self.down_s = time.monotonic() - self.stopped_at
                 self.server.start()
                 self.restarted = True
 
@@ -87,11 +90,11 @@ def test_training_goes_on_through_an_outage_and_the_calls_arrive_once(tmp_path, 
     server = MlflowServer(tmp_path / "server")
     url = server.start()
     try:
-        outage = Outage(server, at=3, seconds=6.0)  # more than a call's retry budget (~3.5 s)
+        outage = Outage(server, at=3, until=30, seconds=6.0)  # longer than a call's retry budget (~3.5 s)
         cfg = settings(tmp_path, url, steps=40)
         with caplog.at_level(logging.WARNING, logger="grpo.tracking.spool"):
             tracker, seconds = train_through(cfg, tmp_path / "run", outage)
-        assert outage.restarted and outage.steps_while_down > 5  # training went on meanwhile
+        assert outage.restarted and outage.steps_while_down == 27  # training went on meanwhile
         client = MlflowClient(url)
         run = client.get_run(tracker.run_id)
         assert run.info.status == "FINISHED"
@@ -102,7 +105,7 @@ def test_training_goes_on_through_an_outage_and_the_calls_arrive_once(tmp_path, 
         assert len(back) == 1 and "kept call(s) sent, in order" in back[0]
         assert not tracker.spool.pending
         print(
-            f"outage run: {seconds:.1f} s for 40 steps, {outage.steps_while_down} steps while the server was down"
+            f"outage run: {seconds:.1f} s for 40 steps, {outage.steps_while_down} steps in the {outage.down_s:.1f} s the server was down"
         )
     finally:
         server.stop()
@@ -112,7 +115,7 @@ def test_a_server_that_never_returns_is_synced_later_once(tmp_path, caplog):
     server = MlflowServer(tmp_path / "server")
     url = server.start()
     try:
-        outage = Outage(server, at=2, seconds=None)
+        outage = Outage(server, at=2)
         cfg = settings(tmp_path, url, steps=6)
         run_dir = tmp_path / "run"
         with caplog.at_level(logging.WARNING, logger="grpo.tracking.spool"):

@@ -135,6 +135,8 @@ class Spool:
         self.run_id: str | None = None
         self.experiment_id: str | None = None
         self.client: Any = None
+        # False for the sync command, which says what happened in its own line
+        self.in_run = True
         self.probe_s = PROBE_S if probe_s is None else probe_s
         self.away_since: float | None = None  # set while the store is unreachable
         self._last_try = 0.0
@@ -246,34 +248,33 @@ class Spool:
         run_id = run_id or self.run_id
         calls, done = self.calls(), self.sent()
         self._total = len(calls)
-        sent = 0
+        sent = dropped = 0
         for index in range(done, len(calls)):
             try:
                 if calls[index]["op"] == "create_run":
                     run_id = self._create_run(client, calls[index]["args"])
                 else:
                     send(client, run_id, calls[index]["op"], calls[index]["args"])
+                sent += 1
             except Exception as ex:
-                if not unreachable(ex):
-                    # a call the store refuses would block every later one: say so, skip it
-                    log.warning(
-                        "MLflow: a kept %s call was refused and is dropped: %s", calls[index]["op"], ex
-                    )
-                else:
-                    if self.away_since is None:
+                if unreachable(ex):
+                    if self.away_since is None and self.in_run:
                         self._went_away(ex)
                     self._kept = len(calls) - index
                     return sent
+                # a call the store refuses would block every later one: say so, skip it
+                log.warning("MLflow: a kept %s call was refused and is dropped: %s", calls[index]["op"], ex)
+                dropped += 1
             write_text_atomic(self.dir / SENT_FILE, str(index + 1))
-            sent += 1
         self._kept = 0
         if self.away_since is not None:
             away = time.monotonic() - self.away_since
             log.warning(
-                "MLflow: the tracking store %s answers again after %.0f s; %d kept call(s) sent, in order",
+                "MLflow: the tracking store %s answers again after %.0f s; %d kept call(s) sent, in order%s",
                 self.uri,
                 away,
                 sent,
+                f" ({dropped} refused and dropped)" if dropped else "",
             )
             self.away_since = None
         return sent

@@ -47,7 +47,7 @@ def sync(run_dir: str | Path) -> int:
         print(f"sync: the tracking store {uri} is unreachable ({' '.join(str(ex).split())[:200]}); "
               f"{before} call(s) stay kept", file=sys.stderr)  # fmt: skip
         return before
-    spool.away_since = None  # this command says what it did in its own line
+    spool.in_run = False  # this command says what it did in its own line
     sent = spool.replay(client, run_id)
     run_id = spool.run_id or run_id
     if spool.pending:

@@ -1,8 +1,9 @@
 """Hostile inputs, second round: damaged files a run reads (a store file that is not a database, a
 truncated store, a model folder without weights or with its weights cut short, a damaged latest
 checkpoint), hostile text in a names file, malformed demonstrations, resume= on a file or an empty
-folder, a sweep over keys that do not exist, non-finite numbers. Each is one line on stderr and
-exit 2 with no traceback (odd but valid text runs normally), and nothing already written changes."""
+folder, a sweep over keys that do not exist, non-finite numbers. Each is a one-line UserError (the
+front door prints it as one line with exit 2: checked here in real processes for the preflight's
+kind), odd but valid text runs normally, and nothing already written changes."""
 
 from __future__ import annotations
 
@@ -65,41 +66,47 @@ def test_a_store_file_that_is_not_a_database_is_one_line_and_left_as_is(kind, tm
     from grpo.tracking.store import make_client
 
     db = tmp_path / "store.db"
-    if kind == "text":
+    if kind == "text":  # refused by the preflight
         db.write_text("these are my notes, not a database\n")
-    else:  # a real MLflow store cut short (its header survives)
+        before = digest(db)
+        line = one_error_line(
+            run_grpo(
+                ["+env=alphabet_sort", *QUICK, "tracking=mlflow", f"tracking.uri=sqlite:///{db}"], tmp_path
+            )
+        )
+        assert str(db) in line and "is not an SQLite database" in line
+    else:  # a real MLflow store cut short (its header survives): refused as the run opens its store
         make_client(f"sqlite:///{tmp_path / 'whole.db'}")
         db.write_bytes((tmp_path / "whole.db").read_bytes()[:5000])
-    before = digest(db)
-    line = one_error_line(
-        run_grpo(["+env=alphabet_sort", *QUICK, "tracking=mlflow", f"tracking.uri=sqlite:///{db}"], tmp_path)
-    )
-    assert str(db) in line
-    assert (
-        "is not an SQLite database" if kind == "text" else "is damaged (database disk image is malformed)"
-    ) in line
+        before = digest(db)
+        with pytest.raises(UserError) as caught:
+            make_client(f"sqlite:///{db}")
+        assert str(caught.value).startswith(
+            f"the MLflow store {db} is damaged (database disk image is malformed)"
+        )
     assert digest(db) == before
 
 
 def test_a_model_folder_without_weights_or_with_cut_weights_is_one_line(tmp_path):
+    from grpo.models import load_policy
+
     no_weights = tmp_path / "no_weights"
     shutil.copytree(SHIPPED_MODEL, no_weights, ignore=shutil.ignore_patterns("*.safetensors"))
-    line = one_error_line(
-        run_grpo(
-            ["+env=alphabet_sort", *QUICK, "model=small_alphabet_sort", f"model.path={no_weights}"], tmp_path
-        )
-    )
-    assert "could not be loaded" in line and "model.safetensors" in line
+    cfg = load_settings(["+env=alphabet_sort", "model=small_alphabet_sort", f"model.path={no_weights}"])
+    with pytest.raises(UserError, match="could not be loaded.*model.safetensors"):
+        load_policy(cfg.model)
 
     cut = tmp_path / "cut"
     shutil.copytree(SHIPPED_MODEL, cut)
     weights = cut / "model.safetensors"
     with open(weights, "r+b") as f:
         f.truncate(weights.stat().st_size // 2)
-    line = one_error_line(
-        run_grpo(["+env=alphabet_sort", *QUICK, "model=small_alphabet_sort", f"model.path={cut}"], tmp_path)
-    )
-    assert "its weights file is damaged or cut short" in line
+    before = digest(weights)
+    cfg = load_settings(["+env=alphabet_sort", "model=small_alphabet_sort", f"model.path={cut}"])
+    with pytest.raises(UserError) as caught:
+        load_policy(cfg.model)
+    assert "\n" not in str(caught.value) and "its weights file is damaged or cut short" in str(caught.value)
+    assert digest(weights) == before
 
 
 def fake_checkpoint(root: Path, step: int, weights: bytes = b"w" * 64) -> Path:
@@ -161,20 +168,22 @@ def test_hostile_names_run_normally(tmp_path):
 def test_binary_junk_as_names_is_one_line(tmp_path):
     junk = tmp_path / "names.txt"
     junk.write_bytes(bytes(random.Random(0).randrange(256) for _ in range(4000)))
-    line = one_error_line(run_grpo(["+env=alphabet_sort", *QUICK, f"env.names_source={junk}"], tmp_path))
-    assert "env.names_source" in line and "cannot read it" in line
+    cfg = load_settings(["+env=alphabet_sort", f"env.names_source={junk}"])
+    with pytest.raises(UserError, match=r"env.names_source .*: cannot read it"):
+        build_env(cfg.env, cfg.language)
 
 
 def test_malformed_demonstrations_are_one_line(tmp_path):
+    from grpo.sft.data import load_demonstrations
+
     demos = tmp_path / "demos.jsonl"
     demos.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{not json\n{"messages": "x"}\n')
-    line = one_error_line(
-        run_grpo(
-            ["+env=alphabet_sort", *QUICK, "stages=[sft]", f"sft.data_path={demos}", "sft.max_steps=1"],
-            tmp_path,
-        )
+    cfg = load_settings(["+env=alphabet_sort", "stages=[sft]", f"sft.data_path={demos}"])
+    with pytest.raises(UserError) as caught:
+        load_demonstrations(cfg, build_env(cfg.env, cfg.language))
+    assert "3 bad row(s), nothing was trained" in str(caught.value) and "line 2: bad JSON" in str(
+        caught.value
     )
-    assert "3 bad row(s), nothing was trained" in line and "line 2: bad JSON" in line
 
 
 # ---- resume, sweeps, numbers (the preflight: no process needed) ----------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -251,15 +252,24 @@ def test_sweep_children_started_while_the_server_is_away_land_under_their_parent
         server.stop()
 
 
-def test_a_locked_sqlite_store_keeps_the_calls_until_it_is_free(tmp_path, monkeypatch, caplog):
-    import sqlite3
-
+@pytest.fixture(scope="module")
+def migrated_store(tmp_path_factory):
     from grpo.tracking.store import make_client
+
+    db = tmp_path_factory.mktemp("template") / "mlflow.db"
+    make_client(f"sqlite:///{db}")
+    return db
+
+
+def test_a_locked_sqlite_store_keeps_the_calls_until_it_is_free(
+    tmp_path, monkeypatch, caplog, migrated_store
+):
+    import sqlite3
 
     monkeypatch.setattr(spool_module, "WRITE_BUDGET_S", 1.0)  # keep a busy store's call after 1 s
     monkeypatch.setattr(spool_module, "PROBE_S", 0.0)  # and try again at the next call
     db = tmp_path / "mlflow.db"
-    make_client(f"sqlite:///{db}")
+    shutil.copy(migrated_store, db)  # MLflow's tables, made once for the module
     cfg = load_settings(
         ["+env=char_target", "tracking=mlflow", f"output_root={tmp_path}", "tracking.system_metrics=false"]
     )

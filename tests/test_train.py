@@ -392,7 +392,12 @@ def test_rubric_adapter_values_and_per_language_metrics():
     )
     # None passes through (TRL: not applicable); errors / NaN -> 0; values clipped to [0, 1]
     assert out == [0.25, None, 0.0, 0.0, 1.0, 0.0]
-    assert logged == [("rewards/my_reward/de/mean", 0.25), ("rewards/my_reward/en/mean", 0.25)]
+    # one completion raised ("garbage"): counted, then the per-language means
+    assert logged == [
+        ("rewards/my_reward/errors", 1.0),
+        ("rewards/my_reward/de/mean", 0.25),
+        ("rewards/my_reward/en/mean", 0.25),
+    ]
 
     seen = []
     (plain,), _ = rubric_reward_funcs(

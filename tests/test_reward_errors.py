@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from test_evaluation import ScriptedBackend
-from transformers import TrainerCallback
+from test_train_monitors import SMALL, Logs
 
 from grpo.compose import load_settings
 from grpo.envs import build_env
@@ -86,26 +86,8 @@ def test_evaluation_reports_the_errors_per_function(tmp_path, capsys):
     assert again.errors == {"alphabet_sort_reward": 6} and again.mean == 0.0
 
 
-class Logs(TrainerCallback):
-    def __init__(self) -> None:
-        self.logs: list[dict[str, Any]] = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "reward" in logs:
-            self.logs.append(dict(logs))
-
-
-TRAIN = [
-    "+env=char_target",
-    "stages=[train]",
-    "trainer.num_generations=4",
-    "trainer.per_device_batch_completions=8",
-    "trainer.max_steps=2",
-    "trainer.save_steps=1000",
-    "trainer.beta=0",
-    "trainer.max_completion_length=16",
-    "generation.max_tokens_per_turn=16",
-]
+# the real trainer on char_target: 2 steps of 8 completions (4 per prompt), 16 tokens
+TRAIN = ["+env=char_target", *SMALL, "trainer.max_completion_length=16"]
 
 
 def test_training_logs_errors_and_the_hint_names_the_function(tmp_path, capsys):

@@ -10,6 +10,7 @@ import statistics
 
 import pytest
 from mlflow import MlflowClient
+from test_train_monitors import SMALL
 from transformers import TrainerCallback
 
 from grpo.compose import load_settings
@@ -73,17 +74,11 @@ def test_training_logs_the_completions_of_each_logging_step(tmp_path):
     cfg = load_settings(
         [
             "+env=char_target",
-            "stages=[train]",
             "tracking=mlflow",
             f"output_root={tmp_path}",
             "tracking.log_completions=8",  # the whole batch: every row checked
-            "trainer.num_generations=4",
-            "trainer.per_device_batch_completions=8",
-            "trainer.max_steps=2",
-            "trainer.save_steps=1000",
-            "trainer.beta=0",
+            *SMALL,  # 2 steps of 8 completions, 4 per prompt
             "trainer.max_completion_length=16",
-            "generation.max_tokens_per_turn=16",
         ]
     )
     env = build_env(cfg.env, cfg.language)

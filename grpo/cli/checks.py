@@ -397,13 +397,10 @@ def _validation_rows(s: GrpoConfig) -> None:
     if isinstance(size, bool) or not isinstance(size, int):
         return  # an env that takes no such argument, or a bad value the env itself reports
     t, e = s.trainer, s.eval
-    if t.val_num_examples + e.num_examples > size:
-        _fail(
-            f"trainer.val_num_examples={t.val_num_examples} + eval.num_examples={e.num_examples} exceed "
-            f"env.num_eval_examples={size}: validation takes the last rows of the eval split and evaluation "
-            f"the first ones, so they would overlap; set env.num_eval_examples="
-            f"{t.val_num_examples + e.num_examples} or more, or lower one of them"
-        )
+    _disjoint_eval_rows(
+        s, size, f"env.num_eval_examples={size}",
+        f"set env.num_eval_examples={t.val_num_examples + e.num_examples} or more, or lower one of them",
+    )  # fmt: skip
 
 
 def check_built_env(s: GrpoConfig, env: Any) -> None:
@@ -414,14 +411,22 @@ def check_built_env(s: GrpoConfig, env: Any) -> None:
         return
     sizes = getattr(env, "num_examples", None)
     size = sizes.get("eval") if isinstance(sizes, dict) and "eval" in sizes else len(env.rows("eval"))
+    val = max(0, min(s.trainer.val_num_examples, size // 4))
+    _disjoint_eval_rows(
+        s, size, f"the {size} rows of env {env.name}'s eval split",
+        f"lower them to {size} or fewer together (e.g. trainer.val_num_examples={val} "
+        f"eval.num_examples={size - val}), or trainer.eval_steps=0",
+    )  # fmt: skip
+
+
+def _disjoint_eval_rows(s: GrpoConfig, size: int, split: str, fix: str) -> None:
+    """The validation rows (the split's last) and the evaluation's (its first) fit in `size`."""
     t, e = s.trainer, s.eval
     if t.val_num_examples + e.num_examples > size:
         _fail(
-            f"trainer.val_num_examples={t.val_num_examples} + eval.num_examples={e.num_examples} exceed the "
-            f"{size} rows of env {env.name}'s eval split: validation takes the last rows and evaluation the "
-            f"first ones, so they would share rows; lower them to {size} or fewer together (e.g. "
-            f"trainer.val_num_examples={max(0, min(t.val_num_examples, size // 4))} "
-            f"eval.num_examples={size - max(0, min(t.val_num_examples, size // 4))}), or trainer.eval_steps=0"
+            f"trainer.val_num_examples={t.val_num_examples} + eval.num_examples={e.num_examples} exceed "
+            f"{split}: validation takes the last rows of the eval split and evaluation the first ones, so "
+            f"they would overlap; {fix}"
         )
 
 

@@ -35,6 +35,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+from grpo.evaluation.summary import paired_difference  # noqa: E402 - after the offline settings
 
 # the five-language recipe with 500 eval rows (~100 per language) and the 50 validation rows after
 # them (learning_multilingual.py, learning_reward_model.py)
@@ -58,13 +59,8 @@ class Arm:
 
 def paired(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], keep: Sequence[bool] | None = None):
     """Mean of a - b over examples (each example's mean over its rollouts) and its standard error."""
-    diffs = [
-        statistics.fmean(x) - statistics.fmean(y)
-        for i, (x, y) in enumerate(zip(a, b, strict=True))
-        if keep is None or keep[i]
-    ]
-    sem = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else math.nan
-    return statistics.fmean(diffs), sem
+    rows = [(x, y) for i, (x, y) in enumerate(zip(a, b, strict=True)) if keep is None or keep[i]]
+    return paired_difference([x for x, _ in rows], [y for _, y in rows])
 
 
 def merged(*arms: Arm) -> list[list[float]]:

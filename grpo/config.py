@@ -440,6 +440,10 @@ class TrackingConfig:
     experiment: str | None = None
     # null = the command-line overrides (a sweep job: the overrides that vary between jobs)
     run_name: str | None = None
+    # where the MLflow UI is, for the links a run prints; null = the tracking server itself (an http
+    # uri), or http://127.0.0.1:5000 for a SQLite store (`mlflow ui`'s default; another host / port:
+    # tracking.ui_url=http://HOST:PORT)
+    ui_url: str | None = None
     # artifact root of a NEW experiment (fixed at its creation); null = <dir of the SQLite db>/mlartifacts/
     # <experiment> for a SQLite store, the server's own choice for a tracking server
     artifact_location: str | None = None

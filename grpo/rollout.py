@@ -234,8 +234,8 @@ def run_rollouts(
                 raise RuntimeError(f"the backend answered {len(results)} of {len(requests)} requests")
             for episode, result in zip(active, results, strict=True):
                 _advance(env, episode, result, turns, max_completion_tokens)
-                if bar is not None and episode.done:
-                    bar.update(1)
+            if bar is not None:
+                _show_progress(bar, episodes, len(active), env.max_turns)
             turn += 1
     finally:
         if bar is not None:
@@ -335,7 +335,20 @@ def _mix_seed(*parts: int) -> int:
     return value & 0x7FFFFFFF
 
 
-def _progress_bar(total: int) -> Any:
+def _progress_bar(episodes: int) -> Any:
+    """A bar counted in model turns, not episodes: all episodes advance together, so the first
+    ones end only when a whole turn of every conversation is done, and a bar of finished episodes
+    would extrapolate from one early one (`1/400 [00:07<52:58]` for an 8 s evaluation)."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="rollouts", unit="episode", leave=False)
+    return tqdm(total=None, desc="rollouts", unit="turn", leave=False, postfix=f"0/{episodes} episodes")
+
+
+def _show_progress(bar: Any, episodes: Sequence[_Episode], turns_done: int, max_turns: int) -> None:
+    """Count the turns just generated; the total is the turns done plus at most `max_turns` per
+    episode still going (it shrinks as episodes end early), so the ETA is the time per turn so far
+    times the turns that can still come: an upper bound that tightens."""
+    left = sum(max(max_turns - e.turns, 0) for e in episodes if not e.done)
+    bar.total = bar.n + turns_done + left
+    bar.set_postfix_str(f"{sum(e.done for e in episodes)}/{len(episodes)} episodes", refresh=False)
+    bar.update(turns_done)

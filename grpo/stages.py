@@ -25,7 +25,7 @@ from grpo.run.layout import RunLayout
 from grpo.run.resume import ResumePlan
 
 if TYPE_CHECKING:
-    from grpo.evaluation.summary import EvalResult
+    from grpo.evaluation.summary import EvalResult, PairedChange
     from grpo.reward_model.train import RMResult
     from grpo.rewards import RunRewards
     from grpo.sft.train import SftResult
@@ -124,6 +124,9 @@ def run_stages(
     from grpo.cli.checks import check_built_env
     from grpo.envs import build_env
     from grpo.tracking import make_tracker
+    from grpo.trl_support import quiet_library_notices
+
+    quiet_library_notices()  # before any model loads: no weight-loading bars
 
     run_dir = Path(run_dir) if run_dir is not None else _job_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -157,15 +160,27 @@ def run_stages(
                 _sft_stage(run)
         if settings.tracking.log_model or settings.tracking.register_as:
             _log_models(run)
+        change = _change(results)
+        if change is not None:
+            run.tracker.log_metrics({"eval/gain": change.mean, "eval/gain_se": change.se}, 0)
         run.tracker.finish_run(results.objective)
-    means = {label: result.mean for label, result in results.evals.items()}
-    if "baseline" in means and "final" in means:
-        change = means["final"] - means["baseline"]
-        line = f"reward: baseline {means['baseline']:.4f} -> final {means['final']:.4f} ({change:+.4f})"
-        if "best" in means:
-            line += f"; best checkpoint (step {results.train.best.global_step}) {means['best']:.4f}"
+    if change is not None:
+        evals = results.evals
+        line = f"reward: baseline {evals['baseline'].mean:.4f} -> final {evals['final'].mean:.4f}"
+        if "best" in evals:
+            line += f"; best checkpoint (step {results.train.best.global_step}) {evals['best'].mean:.4f}"
         print(line)
+        print(change.verdict())
     return results.objective
+
+
+def _change(results: RunResults) -> PairedChange | None:
+    """final - baseline, paired by example (both evaluate the same rows with the same seeds)."""
+    from grpo.evaluation.summary import paired_change
+
+    if "baseline" not in results.evals or "final" not in results.evals:
+        return None
+    return paired_change(results.evals["baseline"], results.evals["final"])
 
 
 def _job_dir() -> Path:
@@ -201,6 +216,8 @@ def _eval_stage(run: StageContext) -> None:
         extra_reward_funcs=run.rewards.extra,
         step=results.step,
         score_funcs=run.rewards.learned,
+        # the per-example table once: a baseline that a final evaluation will follow leaves it out
+        show_examples=None if label != "baseline" or "train" not in settings.stages else False,
     )
     run.tracker.log_eval(label, result, step=results.step)
     results.evals[label] = result

@@ -36,7 +36,10 @@ torch, transformers and trl are imported inside the functions.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import logging
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -69,9 +72,75 @@ def make_trainer(trainer_cls: type, stage: str, callbacks: Sequence[Any] = (), *
     from transformers.trainer_callback import PrinterCallback
 
     score_labelled_positions_on_cpu()  # the loss head skips unlabelled positions on CPU too
+    quiet_library_notices(kwargs.get("model"))
     trainer = trainer_cls(callbacks=[*callbacks, marker_callback(), stop_callback(stage)], **kwargs)
     trainer.remove_callback(PrinterCallback)  # the stage prints one compact line per log instead
     return trainer
+
+
+def quiet_library_notices(model: Any = None) -> None:
+    """Silence, each at its source, what the libraries print that is not the user's business:
+    - transformers' FutureWarning for `is_gradient_checkpointing`, which TRL (not the user) reads
+      at every generation and checkpoint (trl/models/utils.py);
+    - transformers' "Loading weights" / "Writing model shards" bars (grpo prints what it loads);
+    - "mtime may not be reliable on this filesystem" when the trainer rotates checkpoints;
+    - on resume, "There were missing keys in the checkpoint model loaded: ['lm_head.weight']" when
+      the missing keys are tied to parameters that were loaded (the tiny / small models and
+      Qwen3-0.6B tie the LM head to the embeddings; safetensors stores a tied tensor once).
+    Other warnings of these libraries still print. Idempotent."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    warnings.filterwarnings(
+        "ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning
+    )
+    hf_logging.disable_progress_bar()
+    # checkpoint rotation on filesystems with coarse mtimes (overlay, NFS): it then orders the
+    # checkpoints by step number, which is what grpo's own resume does anyway (grpo/run/checkpoints.py)
+    utils_log = hf_logging.get_logger("transformers.trainer_utils")
+    if not any(isinstance(f, _MtimeFilter) for f in utils_log.filters):
+        utils_log.addFilter(_MtimeFilter())
+    tied = tied_parameter_names(model) if model is not None else set()
+    if tied:
+        trainer_log = hf_logging.get_logger("transformers.trainer")
+        for old in [f for f in trainer_log.filters if isinstance(f, _TiedKeysFilter)]:
+            trainer_log.removeFilter(old)
+        trainer_log.addFilter(_TiedKeysFilter(tied))
+
+
+def tied_parameter_names(model: Any) -> set[str]:
+    """Names of parameters that share their tensor with another parameter (tied weights)."""
+    by_tensor: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        by_tensor.setdefault(id(param), []).append(name)
+    return {name for names in by_tensor.values() if len(names) > 1 for name in names}
+
+
+class _MtimeFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("mtime may not be reliable on this filesystem")
+
+
+class _TiedKeysFilter(logging.Filter):
+    """Drops transformers' missing-keys warning when every missing key is a tied parameter."""
+
+    PREFIX = "There were missing keys in the checkpoint model loaded: "
+
+    def __init__(self, tied: set[str]) -> None:
+        super().__init__()
+        self.tied = tied
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(self.PREFIX):
+            return True
+        try:
+            missing = ast.literal_eval(message[len(self.PREFIX) :].rstrip("."))
+        except (ValueError, SyntaxError):
+            return True
+        # peft wraps names (base_model.model.lm_head.weight): compare by suffix
+        return not all(any(str(k).endswith(t) or t.endswith(str(k)) for t in self.tied) for k in missing)
 
 
 def run_trainer(trainer: Any, stage: str, resume_from: str | os.PathLike[str] | None = None) -> float:
@@ -129,3 +198,20 @@ def score_labelled_positions_on_cpu() -> bool:
     compact_on_cpu.__wrapped__ = original  # type: ignore[attr-defined]
     trl_utils._use_triton = compact_on_cpu
     return True
+
+
+def speed_and_eta(elapsed: float, steps_done: int, global_step: int, max_steps: int) -> str:
+    """`1.90 s/step, eta 0:01:08` for a stage's progress line: seconds per step over the steps this
+    process ran (a resumed run's earlier steps took no time here), times the steps left."""
+    if steps_done <= 0:
+        return ""
+    per_step = elapsed / steps_done
+    return f"{per_step:.2f} s/step, eta {clock(per_step * max(max_steps - global_step, 0))}"
+
+
+def clock(seconds: float) -> str:
+    """H:MM:SS, or ? for a time not known yet."""
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

@@ -45,6 +45,7 @@ def test_every_env_is_listed():
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", GROUPS)
 @pytest.mark.parametrize("env", ENVS)
 def test_every_option_of_every_group_composes_with_every_env(group, env):
@@ -107,7 +108,25 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
         (["+env=alphabet_sort", "language=xx"], "unknown language 'xx'"),
         (["+env=alphabet_sort", "eval.num_examples=-1"], "eval.num_examples"),
         (["+env=alphabet_sort", "trainer.beta=[1,"], "malformed override"),
-        (["+env=alphabet_sort", "trainer.lrr=3"], "Key 'lrr' not in 'TrainerConfig'"),
+        # a key typo: the closest key, not Hydra's "To append to your config use +..." hint
+        (
+            ["+env=alphabet_sort", "trainer.max_stepz=4"],
+            "unknown key trainer.max_stepz; did you mean trainer.max_steps?",
+        ),
+        (
+            ["+env=alphabet_sort", "+trainer.max_stepz=4"],
+            "unknown key trainer.max_stepz; did you mean trainer.max_steps?",
+        ),
+        (
+            ["+env=alphabet_sort", "trainr.max_steps=4"],
+            "unknown key trainr.max_steps; did you mean trainer.max_steps?",
+        ),
+        (["+env=alphabet_sort", "env.num_train_exampels=3"], "did you mean env.num_train_examples?"),
+        (["+env=alphabet_sort", "trainer.zzz=3"], "unknown key trainer.zzz (keys of trainer: "),
+        # a group option typo
+        (["+env=alphabet_sort", "trainer=dapoo"], "unknown trainer 'dapoo'; did you mean dapo? (available: "),
+        (["-m", "+env=alphabet_sort", "trainer=grpo,dapoo"], "unknown trainer 'dapoo'; did you mean dapo?"),
+        (["+env=alphabet_srt"], "unknown env 'alphabet_srt'; did you mean alphabet_sort?"),
         (["+env=alphabet_sort", "eval.num_examples=abc"], "could not be converted to Integer"),
         (["-m", "+env=alphabet_sort", "model=tiny,gpt9"], "unknown model 'gpt9'"),
         (["+env=alphabet_sort", "stages=[evaluate]"], "stages=['evaluate']"),
@@ -130,6 +149,7 @@ def test_bad_input_is_one_line_and_exit_2(args, expected, tmp_path):
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
     assert "Traceback" not in proc.stderr + proc.stdout
+    assert "To append to your config" not in lines[0]
 
 
 def test_cfg_job_prints_the_config_without_heavy_imports(tmp_path):

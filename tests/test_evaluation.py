@@ -458,3 +458,45 @@ def test_a_learned_reward_model_gets_its_score_column(tmp_path: Path) -> None:
     meta = json.loads((run_dir / "eval_eval" / METADATA_FILE).read_text(encoding="utf-8"))
     assert meta["scores"]["reward_model"]["per_language"]["en"] == pytest.approx(statistics.fmean(expected))
     assert "reward_model" not in meta["per_function"]
+
+
+def test_the_verdict_pairs_examples_by_id_and_says_whether_the_change_is_noise():
+    from grpo.evaluation.summary import EvalResult, paired_change
+
+    def result(rows, ids):
+        flat = [v for row in rows for v in row]
+        return EvalResult(
+            "x",
+            len(rows),
+            len(rows[0]),
+            sum(flat) / len(flat),
+            0.0,
+            {},
+            {},
+            {},
+            None,
+            rows,
+            None,
+            None,
+            0.0,
+            example_ids=ids,
+        )
+
+    before = result([[0.0, 0.2], [0.5, 0.5], [0.1, 0.1], [0.3, 0.1]], [0, 1, 2, 3])
+    # the same examples in another order, each better by 0.2-0.4
+    after = result([[0.4, 0.4], [0.8, 0.8], [0.4, 0.6], [0.4, 0.4]], [2, 1, 0, 3])
+    change = paired_change(before, after)
+    diffs = [0.5 - 0.1, 0.8 - 0.5, 0.4 - 0.1, 0.4 - 0.2]
+    mean = sum(diffs) / 4
+    se = statistics.stdev(diffs) / 2
+    assert (change.mean, change.se, change.examples) == (pytest.approx(mean), pytest.approx(se), 4)
+    assert change.more_than_noise
+    assert change.verdict() == (
+        f"verdict: final - baseline = {mean:+.4f} (paired SE {se:.4f} over 4 examples): "
+        f"better, more than noise ({mean / se:.1f} SE)"
+    )
+    # a change smaller than 2 SE is noise; too few examples cannot tell
+    noisy = paired_change(before, result([[0.5, 0.5], [0.1, 0.1], [0.0, 0.2], [0.3, 0.1]], [0, 1, 2, 3]))
+    assert not noisy.more_than_noise and "within noise" in noisy.verdict()
+    one = paired_change(result([[0.0]], [0]), result([[1.0]], [0]))
+    assert one.verdict().endswith("on 1 example(s): too few to tell noise from a change")

@@ -143,6 +143,7 @@ def test_a_damaged_latest_checkpoint_is_skipped_saying_so(tmp_path, capsys):
 # ---- hostile text ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_hostile_names_run_normally(tmp_path):
     names = [
         "Al\x00ice",  # NUL

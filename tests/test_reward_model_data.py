@@ -312,6 +312,7 @@ def run_grpo(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_bad_preference_rows_stop_the_run_before_training(tmp_path):
     data = write_lines(
         tmp_path / "prefs.jsonl",

@@ -277,3 +277,52 @@ def test_bucketed_scores_equal_unbucketed_batches_in_the_original_order():
             plain += model(input_ids=ids, attention_mask=mask).logits[:, 0].tolist()
     assert bucketed == pytest.approx(plain, abs=1e-4)
     assert len(set(round(s, 4) for s in bucketed)) == len(sequences)  # distinct: the order is tested
+
+
+@pytest.mark.slow
+def test_preflight_refuses_a_language_the_rm_does_not_know_before_any_run(members, tmp_path):
+    """The mismatch is one line naming the fix, exit 2, found from the RM dir's JSON before any
+    model loads or any MLflow run exists; the fix it names passes the preflight."""
+    import os
+    import subprocess
+    import sys
+
+    from grpo.cli.checks import check
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRPO_OUTPUT_ROOT": str(tmp_path / "outputs")}
+    env.pop("HYDRA_FULL_ERROR", None)
+    args = [
+        "+env=alphabet_sort",
+        "stages=[eval]",
+        "reward_model=learned",
+        f"reward_model.checkpoints=[{members[0]}]",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "grpo", *args, "language=de"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [
+        f"error: reward_model.checkpoints[0]={members[0]} was trained on en, sv, not on de (the run's language): "
+        "run in its languages with language=mix 'language.members=[en,sv]', or train it with pairs in de"
+    ]
+    assert not (tmp_path / "outputs").exists()  # no run folder, no MLflow store
+    # a mix with one language the RM knows: the fix keeps that one
+    with pytest.raises(
+        UserError, match=r"not on de \(the run's language\): run in its languages with language=en,"
+    ):
+        check(load_settings([*args, "language=mix", "language.members=[en,de]"]))
+    # the named fix passes, in process and on the command line
+    check(load_settings([*args, "language=mix", "language.members=[en,sv]"]))
+    ok = subprocess.run(
+        [sys.executable, "-m", "grpo", *args, "language=mix", "language.members=[en,sv]", "--cfg", "job"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr

@@ -54,6 +54,7 @@ def learned(tmp_path_factory):
     return settings, run_dir, before, after
 
 
+@pytest.mark.slow
 def test_sft_raises_the_eval_reward_above_the_random_models(learned):
     _, _, before, after = learned
     assert 0.5 < before < 0.7, before

@@ -306,6 +306,7 @@ def test_valid_sft_configs_pass():
     check(load_settings(["+env=alphabet_sort", "stages=[eval]", "sft.max_length=1"]))
 
 
+@pytest.mark.slow
 def test_bad_rows_stop_python_m_grpo_with_exit_2_one_line_and_nothing_trained(tmp_path):
     data = bad_file(tmp_path)
     run_dir = tmp_path / "out" / "run"

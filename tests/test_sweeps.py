@@ -88,6 +88,7 @@ def test_grid_sweep_in_two_parallel_jobs_logs_one_parent_and_a_child_per_job(tmp
     assert parent.info.status == "FINISHED"
     assert parent.data.tags["grpo.sweep.result"] == "all 2 jobs finished"
     assert parent.data.params["sweep.optimizer.lr"] == "1e-6,3e-6"
+    assert parent.info.run_name == "sweep lr=1e-6,3e-6"  # what varies, short enough for the runs list
     assert client.get_experiment(parent.info.experiment_id).name == "grpo-alphabet_sort"
     assert [c.info.run_name for c in children] == ["optimizer.lr=1e-06", "optimizer.lr=3e-06"]
     for num, (child, lr) in enumerate(zip(children, ["1e-06", "3e-06"], strict=True)):

@@ -30,7 +30,9 @@ from grpo.tracking.store import (
     get_or_create_experiment,
     make_client,
     metric_curve,
+    run_url,
     tracking_uri,
+    ui_hint,
     with_retry,
 )
 
@@ -169,6 +171,13 @@ def test_run_logs_params_metrics_evals_artifacts_and_plots(root):
     assert metrics["eval/final/lang/en/count"] == 2
     assert [m.step for m in client.get_metric_history(tracker.run_id, "eval/final/mean")] == [3]
     assert metrics["objective"] == pytest.approx(0.6)
+    # an evaluation's constants are tags: as metrics they would lead the UI's chart view
+    assert not any(k.endswith(("/num_examples", "/rollouts_per_example", "/seconds")) for k in metrics)
+    assert (
+        run.data.tags["eval/final/num_examples"] == "2"
+        and run.data.tags["eval/final/rollouts_per_example"] == "1"
+    )
+    assert float(run.data.tags["eval/baseline/seconds"]) >= 0
 
     assert _artifacts(client, tracker.run_id) >= {
         "config.yaml",
@@ -205,14 +214,27 @@ def test_experiments_open_on_the_runs_table(root, capsys):
     assert client.get_experiment(mine).tags[EXPERIMENT_KIND_TAG] == "genai_development"
     new = get_or_create_experiment(client, "fresh", None)
     assert client.get_experiment(new).tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
-    line = capsys.readouterr().out.splitlines()[0]
-    assert line.endswith(
-        f"runs table: http://127.0.0.1:5000/#/experiments/{old}?workflowType=machine_learning"
-    )
+    line = capsys.readouterr().out.splitlines()[1]
+    # a SQLite store: where `mlflow ui` serves it by default, and how to serve it or point elsewhere
+    assert line.startswith(
+        f"mlflow: run page http://127.0.0.1:5000/#/experiments/{old}/runs/{tracker.run_id}"
+        f"?workflowType=machine_learning, runs table http://127.0.0.1:5000/#/experiments/{old}"
+        "?workflowType=machine_learning (serve them with: mlflow ui --backend-store-uri sqlite:///"
+    ), line
+    assert line.endswith("; another host / port: tracking.ui_url=URL)")
+    # a server: its own host and port; tracking.ui_url wins over both
     assert (
         experiment_url("http://host:5001/", "7")
         == "http://host:5001/#/experiments/7?workflowType=machine_learning"
     )
+    assert (
+        run_url("http://host:5001", "7", "abc")
+        == "http://host:5001/#/experiments/7/runs/abc?workflowType=machine_learning"
+    )
+    assert run_url("sqlite:///x.db", "7", "abc", "http://box:8080/").startswith(
+        "http://box:8080/#/experiments/7/runs/abc?"
+    )
+    assert ui_hint("http://host:5001", None) == "" and ui_hint("sqlite:///x.db", "http://box:8080") == ""
 
 
 def test_an_exception_marks_the_run_failed_and_propagates(root):
@@ -527,3 +549,18 @@ def test_a_bad_system_metrics_interval_is_one_line(interval, message):
 
     with pytest.raises(UserError, match=f"tracking.system_metrics_interval.?{message}"):
         check(load_settings(["+env=alphabet_sort", f"tracking.system_metrics_interval={interval}"]))
+
+
+def test_a_sweep_parent_is_named_by_the_short_keys_it_varies():
+    from grpo.tracking.sweep import short_keys
+
+    assert short_keys({"optimizer.lr": "1e-6,3e-6", "trainer.beta": "0,0.04"}) == {
+        "lr": "1e-6,3e-6",
+        "beta": "0,0.04",
+    }
+    # two keys with one last part keep their full names
+    assert short_keys({"model.lora.r": "8,16", "reward_model.lora.r": "4", "seed": "1,2"}) == {
+        "model.lora.r": "8,16",
+        "reward_model.lora.r": "4",
+        "seed": "1,2",
+    }

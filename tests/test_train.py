@@ -170,6 +170,7 @@ def test_prompt_index_maps_prompts_back_to_rows():
 # ---- multi-turn training ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_multiturn_alphabet_sort_trains_and_masks_environment_tokens(tmp_path):
     cfg = small_cfg(
         "alphabet_sort",

@@ -112,6 +112,7 @@ def test_an_env_whose_config_hides_its_eval_size_is_checked_once_built(tmp_path)
     check_built_env(fits, build_env(fits.env, fits.language))
 
 
+@pytest.mark.slow
 def test_val_metrics_at_steps_2_and_4_and_the_best_checkpoint_evaluated(tmp_path, capsys):
     cfg = load_settings(
         [
@@ -164,6 +165,7 @@ def test_val_metrics_at_steps_2_and_4_and_the_best_checkpoint_evaluated(tmp_path
     assert "--- Evaluation (best) ---" in out
 
 
+@pytest.mark.slow
 def test_keep_best_keeps_the_checkpoint_with_the_best_val_reward(tmp_path):
     overrides = [*SMALL, "stages=[train]", "trainer.max_steps=3", "optimizer.lr=1e-2"]
     cfg = load_settings([*overrides, "trainer.eval_steps=1", "trainer.keep_best=true"])

@@ -225,3 +225,23 @@ def test_no_hint_while_groups_differ(tmp_path, capsys):
     build_trainer(cfg, build_env(cfg.env, cfg.language), tmp_path, callbacks=[logs]).trainer.train()
     assert logs.logs[0]["frac_reward_zero_std"] < 1.0
     assert "hint:" not in capsys.readouterr().out
+
+
+def test_the_progress_line_keeps_each_function_and_one_short_language_part():
+    from grpo.train.progress import reward_parts
+
+    logs = {
+        "rewards/alphabet_sort_reward/mean": 0.25,
+        "rewards/alphabet_sort_reward/ja/mean": 0.5,
+        "rewards/alphabet_sort_reward/en/mean": 0.125,
+        "rewards/language_consistency/mean": 1.0,
+        "rewards/language_consistency/en/mean": 1.0,
+        "rewards/alphabet_sort_reward/std": 0.1,
+        "reward": 0.3,
+    }
+    assert reward_parts(logs) == [
+        "alphabet_sort_reward 0.2500",
+        "language_consistency 1.0000",
+        "by language en 0.12 ja 0.50",  # the first function's, sorted by code
+    ]
+    assert reward_parts({"rewards/f/mean": 0.5}) == ["f 0.5000"]

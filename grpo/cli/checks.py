@@ -486,6 +486,8 @@ def _reward_model(s: GrpoConfig) -> None:
             "reward_model.checkpoints=[DIR] (a reward_model stage's output dir), train one first with "
             "stages=[reward_model,eval], or drop reward_model= to evaluate with the env's rubric only"
         )
+    if rm.kind != "rubric" and {"train", "eval"} & set(s.stages):
+        _reward_model_checkpoints(s)
     # GRPO training rewards with the RM; evaluation only adds its score column
     if rm.kind == "rubric" or "train" not in s.stages:
         return
@@ -504,10 +506,21 @@ def _reward_model(s: GrpoConfig) -> None:
             f"reward_model={rm.kind} needs a trained reward model: set reward_model.checkpoints=[DIR] "
             "(a reward_model stage's output dir) or train one first with stages=[reward_model,train]"
         )
-    from grpo.reward_model import check_checkpoint_dir
 
+
+def _reward_model_checkpoints(s: GrpoConfig) -> None:
+    """Each RM dir is complete and scores every language of the run: a mismatch found only once
+    the stages run would leave a FAILED MLflow run behind. Reads the dirs' JSON, not the weights."""
+    from grpo.reward_model import check_checkpoint_dir, language_mismatch, run_languages, scored_languages
+
+    rm = s.reward_model
+    wanted = run_languages(s.language)
     for i, path in enumerate(rm.checkpoints):
-        check_checkpoint_dir(path, f"reward_model.checkpoints[{i}]")
+        field = f"reward_model.checkpoints[{i}]"
+        check_checkpoint_dir(path, field)
+        problem = language_mismatch(field, path, scored_languages(path, field, rm.normalization), wanted)
+        if problem:
+            _fail(problem)
 
 
 def _reward_model_training(rm: RewardModelConfig) -> None:
@@ -596,6 +609,8 @@ def _tracking(t: TrackingConfig) -> None:
         from grpo.tracking.store import check_uri
 
         check_uri(t.uri, field="tracking.uri")
+    if t.ui_url is not None and not str(t.ui_url).startswith(("http://", "https://")):
+        _fail(f"tracking.ui_url={t.ui_url} must be an http(s):// address of the MLflow UI, or null")
     if t.log_samples < 0:
         _fail(f"tracking.log_samples must be >= 0 (0 = no sample table), got {t.log_samples}")
     if t.log_completions < 0:

@@ -13,12 +13,14 @@ import contextlib
 import itertools
 import math
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 from omegaconf import DictConfig
 
+from grpo.cli.suggest import closest_key, did_you_mean, unknown_key_message, unknown_keys
 from grpo.compose import compose, group_options, one_line, run_config
 from grpo.config import GrpoConfig, to_settings
 from grpo.errors import UserError
@@ -75,7 +77,10 @@ def _checkable_overrides(overrides: list[str]) -> tuple[list[str], dict[str, lis
             options = _options_if_group(o.key_or_group)
             for value in values if options else ():
                 if value not in options:
-                    raise UserError(f"unknown {o.key_or_group} '{value}' (available: {', '.join(options)})")
+                    raise UserError(
+                        f"unknown {o.key_or_group} '{value}'{did_you_mean(value, options)} "
+                        f"(available: {', '.join(options)})"
+                    )
             swept[o.get_key_element()] = values
         # interval sweeps (Optuna) have no value to check until the sweeper samples one
     return plain, swept
@@ -121,23 +126,46 @@ def _composed(overrides: list[str], plans: dict[str, ResumePlan]) -> Checked:
         cfg, plan = run_config(cfg, overrides, plans.get(resume))
         if plan is not None:
             plans[resume] = plan
-        settings = to_settings(cfg)
     except UserError:
         raise
     except Exception as ex:  # Hydra / OmegaConf composition errors
-        from hydra.errors import MissingConfigException
-
-        if isinstance(ex, MissingConfigException) and ex.missing_cfg_file and ex.options is not None:
-            group, _, name = ex.missing_cfg_file.rpartition("/")
-            raise UserError(
-                f"unknown {group} '{name}' (available: {', '.join(sorted(ex.options))})"
-            ) from None
+        raise UserError(_composition_error(ex, overrides)) from None
+    for key, allowed in unknown_keys(cfg):
+        # Hydra's `+key=value` adds a key the schema does not have, which nothing would ever read
+        raise UserError(unknown_key_message(cfg, key, allowed))
+    try:
+        settings = to_settings(cfg)
+    except Exception as ex:  # a value of the wrong type
         raise UserError(one_line(ex)) from None
     if settings.env is None:
         raise UserError(
             f"no environment selected: add +env=NAME (available: {', '.join(group_options('env'))})"
         )
     return Checked(settings, cfg, plan)
+
+
+# Hydra's text for an override of a key the config does not have (its hint, "To append to your
+# config use +key=value", would add a key nothing reads)
+_NO_SUCH_KEY = re.compile(r"^Could not override '([^']+)'")
+
+
+def _composition_error(ex: Exception, overrides: list[str]) -> str:
+    """One line for a composition error: an unknown group option or key with its closest match."""
+    from hydra.errors import MissingConfigException
+
+    if isinstance(ex, MissingConfigException) and ex.missing_cfg_file and ex.options is not None:
+        group, _, name = ex.missing_cfg_file.rpartition("/")
+        options = sorted(ex.options)
+        return f"unknown {group} '{name}'{did_you_mean(name, options)} (available: {', '.join(options)})"
+    found = _NO_SUCH_KEY.match(str(ex))
+    if found and "not in" in one_line(ex):
+        key = found.group(1)
+        rest = [o for o in overrides if o.lstrip("+~").partition("=")[0] != key]
+        try:
+            return unknown_key_message(compose(rest), key)
+        except Exception:  # noqa: BLE001 - another problem too: the key alone is still worth saying
+            return f"unknown key {key}"
+    return one_line(ex)
 
 
 SEARCH_SPACE = "hydra.sweeper.params."
@@ -176,22 +204,8 @@ def _check_search_space(overrides: Sequence[str], plain: list[str]) -> None:
         if OmegaConf.select(task, key, default=missing, throw_on_missing=False) is missing:
             raise UserError(
                 f"hydra.sweeper.params: the sweep searches over {key}, which is not a config key"
-                f"{_did_you_mean(task, key)}"
+                + (f"; did you mean {close}?" if (close := closest_key(task, key)) else "")
             )
-
-
-def _did_you_mean(cfg: DictConfig, key: str) -> str:
-    """ "; did you mean X?" from the keys next to `key` (its parent's keys), or "" when none is close."""
-    import difflib
-
-    from omegaconf import OmegaConf
-
-    parent, _, leaf = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
-    if node is None or not OmegaConf.is_dict(node):
-        return ""
-    close = difflib.get_close_matches(leaf, [str(k) for k in node], n=1, cutoff=0.6)
-    return f"; did you mean {parent + '.' if parent else ''}{close[0]}?" if close else ""
 
 
 def _sweep_jobs(swept: dict[str, list[str]]) -> list[list[str]]:

@@ -127,8 +127,10 @@ def evaluate(
     extra_reward_funcs: Sequence[Any] | None = None,
     step: int | None = None,
     score_funcs: Sequence[RewardFunc] = (),
+    show_examples: bool | None = None,
 ) -> EvalResult:
     """Evaluate `backend` on `env`: n eval rows x r rollouts, scored, printed and saved under `out_dir`.
+    `show_examples`: print the per-example table (None: eval.show_examples).
 
     `extra_reward_funcs` (RewardFunc, or (name, fn[, weight])) join the env rubric: they get a column
     in results.jsonl, a per-function mean, and their weighted score counts in the total reward.
@@ -158,7 +160,8 @@ def evaluate(
     header = eval_header(
         settings, env, len(rows), r, eval_sampling(settings), settings.trainer.max_completion_length
     )
-    print(format_report(result, printable_header(header), show_examples=ev.show_examples))
+    show = bool(ev.show_examples if show_examples is None else show_examples)
+    print(format_report(result, printable_header(header), show_examples=show))
     sys.stdout.flush()
     return result
 

@@ -19,6 +19,9 @@ from grpo.envs.base import Environment
 from grpo.evaluation.summary import EvalResult
 from grpo.run.layout import RESULTS_FILE
 
+# rows of the per-example table on the console; all of them are in results.jsonl and MLflow
+MAX_EXAMPLE_ROWS = 20
+
 
 def format_report(result: EvalResult, header: dict[str, Any], show_examples: bool = True) -> str:
     """vf-eval-like summary: header, total reward, each function, languages, pass@k, per-example table."""
@@ -57,8 +60,10 @@ def format_report(result: EvalResult, header: dict[str, Any], show_examples: boo
         id_width = max(len("example"), *(len(str(i)) for i in ids))
         lines.append("rewards per example (columns: rollout index):")
         lines.append(f"  {'example':>{id_width}}  " + "  ".join(f"{f'r{j}':>6}" for j in range(result.r)))
-        for example_id, row in zip(ids, result.rewards, strict=True):
+        for example_id, row in list(zip(ids, result.rewards, strict=True))[:MAX_EXAMPLE_ROWS]:
             lines.append(f"  {str(example_id):>{id_width}}  " + "  ".join(f"{v:>6.3f}" for v in row))
+        if len(result.rewards) > MAX_EXAMPLE_ROWS:
+            lines.append(f"  ... {len(result.rewards) - MAX_EXAMPLE_ROWS} more examples in {RESULTS_FILE}")
     lines.append(f"saved: {result.results_path}")
     if result.dataset_path is not None:
         lines.append(f"dataset: {result.dataset_path} (datasets.load_from_disk)")

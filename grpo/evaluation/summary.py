@@ -78,15 +78,10 @@ class EvalResult:
 
     def to_metrics(self, prefix: str = "") -> dict[str, float]:
         """Flat metric names (MLflow-safe: no '@'), e.g. mean, std, func/<name>, func/<name>/std,
-        func/<name>/errors (only for a function that raised), lang/<code>/mean, pass_at_<k>, score/<name>/mean|std, score/<name>/lang/<code>, seconds;
-        `prefix` is prepended to every name."""
-        m: dict[str, float] = {
-            "mean": self.mean,
-            "std": self.std,
-            "num_examples": float(self.n),
-            "rollouts_per_example": float(self.r),
-            "seconds": self.seconds,
-        }
+        func/<name>/errors (only for a function that raised), lang/<code>/mean, pass_at_<k>,
+        score/<name>/mean|std, score/<name>/lang/<code>; `prefix` is prepended to every name. The
+        evaluation's constants are `to_tags`: as metrics they would lead the UI's charts."""
+        m: dict[str, float] = {"mean": self.mean, "std": self.std}
         for name, value in self.per_function.items():
             m[f"func/{name}"] = value
             m[f"func/{name}/std"] = self.per_function_std[name]
@@ -102,6 +97,11 @@ class EvalResult:
             for code, value in stats["per_language"].items():
                 m[f"score/{name}/lang/{code}"] = value
         return {f"{prefix}{name}": float(value) for name, value in m.items()}
+
+    def to_tags(self, prefix: str = "") -> dict[str, str]:
+        """What the evaluation was, not what it measured: num_examples, rollouts_per_example, seconds."""
+        tags = {"num_examples": self.n, "rollouts_per_example": self.r, "seconds": round(self.seconds, 1)}
+        return {f"{prefix}{name}": str(value) for name, value in tags.items()}
 
     def input_rows(self) -> list[dict[str, Any]]:
         """The examples evaluated, once each, in order (grpo/evaluation/dataset.py,
@@ -192,3 +192,62 @@ def summarize(
         example_ids=[records[i]["example_id"] for i in range(0, len(records), r)],
         scores=scores,
     )
+
+
+# a change is "more than noise" when it is at least this many paired standard errors from 0
+# (about a 95% two-sided interval)
+NOISE_SE = 2.0
+
+
+@dataclass(frozen=True)
+class PairedChange:
+    """after - before over the examples both evaluations scored (each example's mean over its
+    rollouts), with the standard error of that mean difference."""
+
+    mean: float
+    se: float
+    examples: int
+
+    @property
+    def more_than_noise(self) -> bool:
+        return self.examples > 1 and abs(self.mean) >= NOISE_SE * self.se and self.se > 0
+
+    def verdict(self, before: str = "baseline", after: str = "final") -> str:
+        """One line: the change, its paired SE, and whether it is more than noise."""
+        head = f"verdict: {after} - {before} = {self.mean:+.4f}"
+        if self.examples < 2 or not math.isfinite(self.se):
+            return f"{head} on {self.examples} example(s): too few to tell noise from a change"
+        ratio = abs(self.mean) / self.se if self.se > 0 else math.inf
+        said = (
+            ("better" if self.mean > 0 else "worse") + f", more than noise ({ratio:.1f} SE)"
+            if self.more_than_noise
+            else f"within noise ({ratio:.1f} SE < {NOISE_SE:g} SE)"
+        )
+        return f"{head} (paired SE {self.se:.4f} over {self.examples} examples): {said}"
+
+
+def paired_difference(
+    after: Sequence[Sequence[float]], before: Sequence[Sequence[float]]
+) -> tuple[float, float]:
+    """Mean over examples of (mean of `after`'s rollouts - mean of `before`'s) and its standard
+    error (NaN for fewer than two examples). The rows are the same examples, in the same order."""
+    diffs = [statistics.fmean(a) - statistics.fmean(b) for a, b in zip(after, before, strict=True)]
+    if not diffs:
+        return math.nan, math.nan
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else math.nan
+    return statistics.fmean(diffs), se
+
+
+def paired_change(before: EvalResult, after: EvalResult) -> PairedChange:
+    """The change from `before` to `after` on the examples both scored, paired by example id
+    (the evaluator runs the same rows with the same seeds in both)."""
+    ids_before = before.example_ids or list(range(len(before.rewards)))
+    ids_after = after.example_ids or list(range(len(after.rewards)))
+    by_id = {str(i): row for i, row in zip(ids_before, before.rewards, strict=True) if row}
+    pairs = [
+        (row, by_id[str(i)])
+        for i, row in zip(ids_after, after.rewards, strict=True)
+        if row and str(i) in by_id
+    ]
+    mean, se = paired_difference([a for a, _ in pairs], [b for _, b in pairs])
+    return PairedChange(mean, se, len(pairs))

@@ -15,12 +15,14 @@ module is light: it holds what both sides share and the checkpoint check the con
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from grpo.config import LanguageConfig
 from grpo.errors import UserError
-from grpo.run.layout import RM_META_FILE
+from grpo.run.layout import RM_CALIBRATION_FILE, RM_META_FILE
 
 
 def run_languages(language: LanguageConfig) -> list[str]:
@@ -50,4 +52,53 @@ def check_checkpoint_dir(path: str | os.PathLike[str], field: str) -> Path:
     return p
 
 
-__all__ = ["check_checkpoint_dir", "run_languages"]
+def scored_languages(path: str | os.PathLike[str], field: str, normalization: str) -> list[str]:
+    """The languages the RM dir at `path` can score, from its JSON files (no weights loaded): the
+    ones it was trained on that, with per_language normalisation, it is also calibrated on (the
+    rule RewardModelScorer.languages applies to the loaded model)."""
+    from grpo.reward_model.calibration import Calibration
+
+    p = Path(path).expanduser()
+    try:
+        trained = [
+            str(lang) for lang in json.loads((p / RM_META_FILE).read_text(encoding="utf-8"))["languages"]
+        ]
+        calibration = Calibration.load(p / RM_CALIBRATION_FILE)
+    except (OSError, ValueError, KeyError, TypeError) as ex:
+        raise UserError(
+            f"{field}={path}: its {RM_META_FILE} / {RM_CALIBRATION_FILE} cannot be read "
+            f"({type(ex).__name__}: {ex}); train it again"
+        ) from None
+    return [lang for lang in trained if calibration.covers(lang, normalization)]
+
+
+def language_override(languages: Sequence[str]) -> str:
+    """The language= override(s) that run in `languages`."""
+    if len(languages) == 1:
+        return f"language={languages[0]}"
+    return f"language=mix 'language.members=[{','.join(languages)}]'"
+
+
+def language_mismatch(field: str, path: object, scored: Sequence[str], wanted: Sequence[str]) -> str | None:
+    """One line naming the fix when an RM that scores `scored` cannot score every language the
+    run is in (`wanted`), else None. The fix keeps the run's languages the RM knows, or else
+    takes the RM's own."""
+    missing = [lang for lang in wanted if lang not in scored]
+    if not missing:
+        return None
+    keep = [lang for lang in wanted if lang in scored] or list(scored)
+    run = "the run's language" + ("s" if len(missing) > 1 else "")
+    fix = f"run in its languages with {language_override(keep)}, or " if keep else ""
+    return (
+        f"{field}={path} was trained on {', '.join(scored) or 'no language'}, not on {', '.join(missing)} "
+        f"({run}): {fix}train it with pairs in {', '.join(missing)}"
+    )
+
+
+__all__ = [
+    "check_checkpoint_dir",
+    "language_mismatch",
+    "language_override",
+    "run_languages",
+    "scored_languages",
+]

@@ -196,7 +196,7 @@ def learned_reward_funcs(
     """The run's learned reward functions (none for reward_model=rubric), each named and weighted;
     their `fn` is a batched TRL reward function (`fn.trl_batched`). `checkpoints`: the RM dirs to
     score with (None: reward_model.checkpoints)."""
-    from grpo.reward_model import run_languages
+    from grpo.reward_model import language_mismatch, run_languages
 
     rm = settings.reward_model
     if rm.kind == "rubric":
@@ -214,12 +214,10 @@ def learned_reward_funcs(
     ]
     wanted = run_languages(settings.language)
     for i, scorer in enumerate(scorers):
-        missing = [lang for lang in wanted if lang not in scorer.languages]
-        if missing:
-            raise UserError(
-                f"reward_model.checkpoints[{i}]={paths[i]} was trained on {', '.join(scorer.languages)}, not on "
-                f"{', '.join(missing)} (the run's language): train it with pairs in {', '.join(missing)}"
-            )
+        # the preflight checks the configured dirs; an RM trained by this run's own stage is checked here
+        problem = language_mismatch(f"reward_model.checkpoints[{i}]", paths[i], scorer.languages, wanted)
+        if problem:
+            raise UserError(problem)
     source = LearnedReward(scorers, str(rm.combine), float(rm.k), default_language=wanted[0])
     weight = float(rm.weight)
     if len(scorers) == 1:

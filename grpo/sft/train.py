@@ -53,7 +53,14 @@ from grpo.sft import METRIC_PREFIX
 from grpo.sft.data import Demonstration, load_demonstrations
 from grpo.sft.replay import Example, build_examples
 from grpo.tracking.base import NullTracker, Tracker, best_effort
-from grpo.trl_support import build_trl_config, has_cuda, make_trainer, point_model_at, run_trainer
+from grpo.trl_support import (
+    build_trl_config,
+    has_cuda,
+    make_trainer,
+    point_model_at,
+    run_trainer,
+    speed_and_eta,
+)
 
 # SFTConfig fields the stage decides (sft.extra may not override them)
 _FIXED_ARGS = (
@@ -146,7 +153,7 @@ def _progress() -> Any:
 
     class SftProgress(TrainerCallback):
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.start = time.perf_counter()
+            self.start, self.start_step = time.perf_counter(), state.global_step
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if not logs or "loss" not in logs or not state.is_world_process_zero:
@@ -154,8 +161,11 @@ def _progress() -> Any:
             parts = [f"step {state.global_step}/{state.max_steps}", f"loss {logs['loss']:.4f}"]
             if isinstance(logs.get("mean_token_accuracy"), (int, float)):
                 parts.append(f"token accuracy {logs['mean_token_accuracy']:.3f}")
-            if state.global_step:
-                parts.append(f"{(time.perf_counter() - self.start) / state.global_step:.2f} s/step")
+            done = state.global_step - self.start_step
+            if done:
+                parts.append(
+                    speed_and_eta(time.perf_counter() - self.start, done, state.global_step, state.max_steps)
+                )
             print("[sft] " + " | ".join(parts), flush=True)
 
     return SftProgress()

@@ -43,7 +43,9 @@ from grpo.tracking.store import (
     get_or_create_experiment,
     make_client,
     metric_curve,
+    run_url,
     tracking_uri,
+    ui_hint,
     with_retry,
 )
 
@@ -52,6 +54,8 @@ log = logging.getLogger(__name__)
 EVAL_PREFIX = "eval/"
 # curves drawn in plots/train_curves.png, when the run logged them (val/reward: trainer.eval_steps > 0)
 TRAIN_CURVES = ("train/reward", "val/reward", "train/kl")
+# evaluations marked on its reward panels
+EVAL_MARKS = ("baseline", "final", "best")
 # per-language curves: the validation mean (val/lang/<code>/mean) and each reward function's
 # training mean under a language mix (train/rewards/<fn>/<code>/mean, grpo/rewards/rubric.py)
 VAL_LANGUAGE = "val/lang/"
@@ -106,9 +110,13 @@ class MlflowTracker(Tracker):
             )
         experiment = with_retry(self.client.get_experiment, self.experiment_id)
         verb = "resumed" if self.resumed else "logging to"
+        ui = self.settings.tracking.ui_url
         print(
-            f"mlflow: {verb} run '{run.info.run_name}' ({self.run_id}) in experiment '{experiment.name}', "
-            f"{self.uri}; runs table: {experiment_url(self.uri, self.experiment_id)}"
+            f"mlflow: {verb} run '{run.info.run_name}' ({self.run_id}) in experiment '{experiment.name}', {self.uri}"
+        )
+        print(
+            f"mlflow: run page {run_url(self.uri, self.experiment_id, self.run_id, ui)}, runs table "
+            f"{experiment_url(self.uri, self.experiment_id, ui)}{ui_hint(self.uri, ui)}"
         )
         return self
 
@@ -226,6 +234,8 @@ class MlflowTracker(Tracker):
         """An evaluation (grpo.evaluation.summary.EvalResult): metrics eval/<label>/..., its results.jsonl and
         metadata.json under eval/<label>/, and a table of sample completions with their rewards."""
         self.log_metrics(result.to_metrics(prefix=f"{EVAL_PREFIX}{label}/"), step)
+        # tags, not params: a resumed run may evaluate again with another duration
+        self._log_tags(result.to_tags(prefix=f"{EVAL_PREFIX}{label}/"))
         for path in (result.results_path, result.metadata_path):
             if path is not None and Path(path).is_file():
                 self.log_artifact(Path(path), f"eval/{label}")
@@ -355,7 +365,16 @@ class MlflowTracker(Tracker):
         with tempfile.TemporaryDirectory(prefix="grpo-plots-") as tmp:
             files = []
             if any(curves.values()):
-                files.append(plot_train_curves(curves, Path(tmp) / "train_curves.png", title=self._title()))
+                marks = {
+                    label: points[-1]
+                    for label in EVAL_MARKS
+                    if (points := metric_curve(self.client, self.run_id, f"{EVAL_PREFIX}{label}/mean"))
+                }
+                files.append(
+                    plot_train_curves(
+                        curves, Path(tmp) / "train_curves.png", title=self._title(), evals=marks
+                    )
+                )
             if evals:
                 files.append(
                     plot_eval_by_function(evals, Path(tmp) / "eval_by_function.png", title=self._title())

@@ -24,14 +24,55 @@ def _integer_ticks():
     return MaxNLocator(integer=True)
 
 
-def plot_train_curves(curves: Mapping[str, Curve], path: Path, title: str = "") -> Path:
-    """One panel per metric (e.g. train/reward, train/kl) over global steps."""
+def smoothed(values: Sequence[float], window: int) -> list[float]:
+    """The trailing mean of each value and the `window - 1` before it (fewer at the start)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+# the reward panels of plots/train_curves.png; the evaluations are marked on them
+REWARD_PANELS = ("train/reward", "val/reward")
+
+
+def plot_train_curves(
+    curves: Mapping[str, Curve],
+    path: Path,
+    title: str = "",
+    evals: Mapping[str, tuple[int, float]] | None = None,
+) -> Path:
+    """One panel per metric (e.g. train/reward, train/kl) over global steps. A per-step reward is
+    noisy (a handful of prompts per step): past 10 steps it is drawn faint, with its trailing mean
+    over a tenth of the steps on top. `evals` (label -> (step, mean reward), e.g. the baseline
+    and final evaluations) are marked on the reward panels, so the trend reads against them."""
     plt = _pyplot()
     names = [n for n, c in curves.items() if c]
     fig, axes = plt.subplots(len(names), 1, figsize=(7, 2.8 * len(names)), sharex=True, squeeze=False)
     for ax, name in zip(axes[:, 0], names, strict=True):
         steps, values = zip(*curves[name], strict=True)
-        ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3)
+        if name == "train/reward" and len(steps) > 10:
+            window = max(2, len(steps) // 10)
+            ax.plot(steps, values, color="tab:blue", alpha=0.3, linewidth=1, label="per step")
+            ax.plot(
+                steps,
+                smoothed(values, window),
+                color="tab:blue",
+                linewidth=2,
+                label=f"mean of {window} steps",
+            )
+        else:
+            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=name)
+        if name in REWARD_PANELS:
+            for (label, (step, value)), color in zip(
+                (evals or {}).items(), ("tab:gray", "tab:red", "tab:green"), strict=False
+            ):
+                ax.axhline(value, color=color, linestyle="--", linewidth=1)
+                ax.plot([step], [value], marker="D", color=color, label=f"eval {label} {value:.3f}")
+            ax.legend(loc="best", fontsize=7)
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("global step")

@@ -260,11 +260,31 @@ def get_or_create_experiment(client: MlflowClient, name: str, location: str | No
     return experiment.experiment_id
 
 
-def experiment_url(uri: str, experiment_id: str) -> str:
-    """The UI page of an experiment's runs table: on the tracking server itself, or where
-    `mlflow ui` serves a SQLite store by default."""
-    base = uri.rstrip("/") if urlparse(uri).scheme in ("http", "https") else LOCAL_UI
-    return f"{base}/#/experiments/{experiment_id}{UI_QUERY}"
+def ui_base(uri: str, ui_url: str | None = None) -> str:
+    """Where the UI of the store at `uri` is: `ui_url` when given, the tracking server itself, or
+    where `mlflow ui` serves a SQLite store by default."""
+    if ui_url:
+        return str(ui_url).rstrip("/")
+    return uri.rstrip("/") if urlparse(uri).scheme in ("http", "https") else LOCAL_UI
+
+
+def experiment_url(uri: str, experiment_id: str, ui_url: str | None = None) -> str:
+    """The UI page of an experiment's runs table (opened on Model training, not GenAI)."""
+    return f"{ui_base(uri, ui_url)}/#/experiments/{experiment_id}{UI_QUERY}"
+
+
+def run_url(uri: str, experiment_id: str, run_id: str, ui_url: str | None = None) -> str:
+    """The UI page of one run (opened on Model training, not GenAI)."""
+    return f"{ui_base(uri, ui_url)}/#/experiments/{experiment_id}/runs/{run_id}{UI_QUERY}"
+
+
+def ui_hint(uri: str, ui_url: str | None = None) -> str:
+    """How to open the links of a store that no server serves yet ("" for a tracking server)."""
+    if ui_url or urlparse(uri).scheme in ("http", "https"):
+        return ""
+    return (
+        f" (serve them with: mlflow ui --backend-store-uri {uri}; another host / port: tracking.ui_url=URL)"
+    )
 
 
 def metric_curve(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:

@@ -107,7 +107,9 @@ class SweepCallback(Callback):
             experiment_url,
             get_or_create_experiment,
             make_client,
+            run_url,
             tracking_uri,
+            ui_hint,
             with_retry,
         )
 
@@ -152,9 +154,13 @@ class SweepCallback(Callback):
             sweep_id=sweep_id,
             overrides=overrides,
         ).write(sweep_dir)
+        ui = settings.tracking.ui_url
         print(
-            f"mlflow: sweep parent run '{run.info.run_name}' ({self._run_id}) in experiment '{name}', {uri}; "
-            f"runs table: {experiment_url(uri, experiment_id)}"
+            f"mlflow: sweep parent run '{run.info.run_name}' ({self._run_id}) in experiment '{name}', {uri}"
+        )
+        print(
+            f"mlflow: sweep page {run_url(uri, experiment_id, self._run_id, ui)}, runs table "
+            f"{experiment_url(uri, experiment_id, ui)}{ui_hint(uri, ui)}"
         )
 
     def _log_search_space(self, config: DictConfig, overrides: list[str]) -> None:
@@ -260,5 +266,15 @@ def sweep_run_name(config: DictConfig, overrides: list[str], sweep_id: str) -> s
     if preset:
         parts.append(str(preset))
     swept = search_space(config, overrides)
-    parts += [f"{k}={v}" for k, v in swept.items()] if swept else [sweep_id]
+    parts += [f"{k}={v}" for k, v in short_keys(swept).items()] if swept else [sweep_id]
     return " ".join(parts)[: P.MAX_KEY_LENGTH]
+
+
+def short_keys(swept: dict[str, str]) -> dict[str, str]:
+    """Each swept key by its last part (optimizer.lr -> lr) where that stays unambiguous: the UI's
+    run-name column shows about 40 characters, and the full keys are the parent's params."""
+    leaves = [key.rsplit(".", 1)[-1] for key in swept]
+    return {
+        (leaf if leaves.count(leaf) == 1 else key): value
+        for key, leaf, value in zip(swept, leaves, swept.values(), strict=True)
+    }

@@ -67,8 +67,7 @@ def heldout_metrics(result: Any) -> dict[str, float]:
     """An EvalResult as val/ metrics: val/reward and val/reward_std (the total's mean and std),
     then the evaluator's own names (func/<fn>, lang/<code>/mean, pass_at_<k>, score/..., seconds)."""
     metrics = result.to_metrics()
-    for constant in ("num_examples", "rollouts_per_example"):
-        metrics.pop(constant, None)
+    metrics["seconds"] = result.seconds  # per validation: a curve, unlike an evaluation's constant
     metrics["reward"], metrics["reward_std"] = metrics.pop("mean"), metrics.pop("std")
     return {f"{VAL_PREFIX}{name}": value for name, value in metrics.items()}
 

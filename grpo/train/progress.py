@@ -10,7 +10,6 @@ when a printer is made.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 from grpo.config import GrpoConfig
 from grpo.run.distributed import world_size
 from grpo.train.monitors import compact
+from grpo.trl_support import speed_and_eta
 
 
 def progress_printer(
@@ -55,20 +55,14 @@ def progress_printer(
                 return
             done = state.global_step - self.start_step
             elapsed = time.perf_counter() - self.start
-            per_step = elapsed / done if done else math.nan
-            eta = per_step * (state.max_steps - state.global_step)
             parts = [f"step {state.global_step}/{state.max_steps}", f"reward {logs['reward']:.4f}"]
-            parts += [
-                f"{k[len('rewards/') : -len('/mean')]} {v:.4f}"
-                for k, v in logs.items()
-                if k.startswith("rewards/") and k.endswith("/mean") and isinstance(v, (int, float))
-            ]
+            parts += reward_parts(logs)
             for key, label in (("kl", "kl"), ("loss", "loss"), ("completions/mean_length", "len")):
                 if isinstance(logs.get(key), (int, float)):
                     parts.append(f"{label} {logs[key]:.4g}")
             parts += compact(logs)
             if done:
-                parts.append(f"{per_step:.2f} s/step, eta {_clock(eta)}")
+                parts.append(speed_and_eta(elapsed, done, state.global_step, state.max_steps))
             print("[train] " + " | ".join(parts), flush=True)
             zero_std = logs.get("frac_reward_zero_std")
             if not self.hinted and isinstance(zero_std, (int, float)) and zero_std >= 1.0:
@@ -78,6 +72,28 @@ def progress_printer(
                 self.hinted = True
 
     return ProgressPrinter()
+
+
+def reward_parts(logs: dict[str, Any]) -> list[str]:
+    """Each reward function's mean, then the first one's per-language means in one short part
+    (`by language en 0.39 ja 0.14`): one part per function and language made lines of 400
+    characters; every per-language metric is in MLflow (rewards/<fn>/<lang>/mean)."""
+    means: dict[str, float] = {}
+    by_language: dict[str, dict[str, float]] = {}
+    for key, value in logs.items():
+        if not (key.startswith("rewards/") and key.endswith("/mean") and isinstance(value, (int, float))):
+            continue
+        name = key[len("rewards/") : -len("/mean")]
+        func, _, language = name.partition("/")
+        if language:
+            by_language.setdefault(func, {})[language] = float(value)
+        else:
+            means[name] = float(value)
+    parts = [f"{name} {value:.4f}" for name, value in means.items()]
+    first = next((f for f in means if f in by_language), next(iter(by_language), None))
+    if first is not None:
+        parts.append("by language " + " ".join(f"{c} {v:.2f}" for c, v in sorted(by_language[first].items())))
+    return parts
 
 
 def zero_signal_hint(step: int) -> str:
@@ -119,10 +135,3 @@ def train_header(settings: GrpoConfig, env: Any, resume_from: Path | None) -> st
         f"{o.name} lr {o.lr:g} | generation {settings.generation.backend}"
     )
     return text + (f" | from {resume_from}" if resume_from else "")
-
-
-def _clock(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

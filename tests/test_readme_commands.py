@@ -1,0 +1,195 @@
+"""Every command of the README's bash blocks, parsed from README.md itself so the two cannot drift.
+
+Each command is one of:
+- run for real, as written, in a fresh working directory (a new user's clone): the commands that
+  take under a minute on the tiny model (evaluations, --cfg job, the small tools) must exit 0;
+- checked by the real preflight (`python -m grpo`'s composition and every settings rule), the
+  longer training commands: they must pass it, or, where they need a GPU (Qwen3-0.6B, vLLM), be
+  refused with the one-line reason on this CPU machine;
+- not run here, with the reason said: installs, servers, other launchers (each has its own test).
+A command this file cannot place fails the test: a new README command needs a decision here.
+Placeholders (`<date>/<time>`, `/path/to/model`) take a real folder of the right kind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo.cli.preflight import check_command
+from grpo.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+CI = ROOT / ".ci" / "run"
+
+# commands that take under a minute: run for real (an evaluation of the default tiny model, --cfg job)
+QUICK = re.compile(r"^python -m grpo .*(stages=\[eval\]|--cfg job$)")
+# ... except those that need what a new clone lacks: another model or server, the user's own
+# verifiers env (a placeholder id), a hub account
+NEEDS = re.compile(r"generation=|push_to_hub|env\.id=|model=")
+
+
+def is_quick(command: str) -> bool:
+    return bool(QUICK.search(command)) and not NEEDS.search(command)
+
+
+# needs a GPU / vLLM on this machine: the preflight says so in one line
+GPU = re.compile(r"model=qwen3_0_6b|generation=vllm")
+# not run here, and why
+NOT_HERE = {
+    "pip install": "an install (.ci/run does the set-up)",
+    "mlflow ui": "a long-running server (tests/test_tracking.py runs a real one)",
+    "vllm serve": "a GPU server",
+    "transformers serve": "a server (tests/test_openai_endpoint.py runs a real one)",
+    "srun": "SLURM",
+    "accelerate launch": "another launcher (tests/test_distributed.py)",
+    "torchrun": "another launcher (tests/test_distributed.py)",
+}
+
+
+def readme_commands(text: str) -> list[str]:
+    """The commands of the ```bash blocks: continuation lines joined, comments and prompts left out."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            # a comment after the command: two or more spaces, then #
+            commands.append(re.split(r"\s{2,}#", line, maxsplit=1)[0].strip())
+    return commands
+
+
+def split(command: str) -> tuple[dict[str, str], list[str]]:
+    """(environment assignments in front, argv)."""
+    words = shlex.split(command)
+    env = {}
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    return env, words
+
+
+# each command once (a few appear in two sections)
+COMMANDS = list(dict.fromkeys(readme_commands(README.read_text(encoding="utf-8"))))
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """A new user's working directory, with what the placeholders stand for: a finished run
+    folder (a real evaluation run), a reward model trained on en and sv, an SFT model dir."""
+    root = tmp_path_factory.mktemp("clone")
+    # a finished GRPO run (tracked): what resume= and the MLflow sync take
+    proc = _run(
+        root,
+        "python -m grpo +env=alphabet_sort stages=[train] trainer.max_steps=1 trainer.num_generations=2 "
+        "trainer.per_device_batch_completions=2 env.max_turns=1 trainer.max_completion_length=16 "
+        "generation.max_tokens_per_turn=16",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = (root / "outputs" / "runs").glob("*/*")
+    # the user's own chat data (the README's format)
+    (root / "data").mkdir()
+    (root / "data" / "chats.jsonl").write_text(
+        '{"messages": [{"role": "user", "content": "Sortera: b, a"}, {"role": "assistant", "content": "a, b"}], '
+        '"language": "sv"}\n',
+        encoding="utf-8",
+    )
+    rm = _run(
+        root,
+        "python -m grpo +env=alphabet_sort stages=[reward_model] reward_model=learned tracking=none "
+        "reward_model.data.synthetic.n=40 'reward_model.data.synthetic.languages=[en,sv]' "
+        "reward_model.training.max_steps=2 hydra.run.dir=rm_run",
+    )
+    assert rm.returncode == 0, rm.stderr[-2000:]
+    return {
+        "root": root,
+        "run": run_dir,
+        "rm": root / "rm_run" / "reward_model",
+        "sft": ROOT / "grpo" / "assets" / "small_alphabet_sort_sft",
+    }
+
+
+def _run(cwd: Path, command: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    env, argv = split(command)
+    if argv[0] == "python":
+        argv[0] = sys.executable
+    full = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
+    for key in ("GRPO_OUTPUT_ROOT", "MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR"):
+        full.pop(key, None)
+    return subprocess.run(argv, cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout)
+
+
+def _fill(command: str, clone: dict) -> str:
+    """Placeholders replaced by real folders of their kind."""
+    command = command.replace("outputs/runs/<date>/<time>/reward_model", str(clone["rm"]))
+    command = command.replace("outputs/runs/<date>/<time>/sft", str(clone["sft"]))
+    command = command.replace("outputs/runs/<date>/<time>", str(clone["run"]))
+    return command
+
+
+def test_the_readme_has_commands_of_every_kind():
+    assert len(COMMANDS) > 40
+    assert any(is_quick(c) for c in COMMANDS) and any(GPU.search(c) for c in COMMANDS)
+    # the test command is the one .ci/run runs
+    (test_command,) = [c for c in COMMANDS if re.search(r"\bpytest\b", c) and "-m" not in c.split()]
+    assert test_command in CI.read_text(encoding="utf-8").splitlines()
+    # a quick subset is documented
+    assert any(c.endswith('pytest -q -m "not slow"') for c in COMMANDS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", COMMANDS)
+def test_readme_command(command, clone, monkeypatch):
+    command = _fill(command, clone)
+    for key, value in split(command)[0].items():
+        monkeypatch.setenv(key, value)  # what the command sets in front of it, for the preflight too
+    monkeypatch.chdir(clone["root"])  # relative paths (data/prefs.jsonl) as in the user's clone
+    env, argv = split(command)
+    head = " ".join(argv[:2])
+    if any(command.startswith(k) or head.startswith(k) or k in command.split(" -m ")[0] for k in NOT_HERE):
+        reason = next(
+            v for k, v in NOT_HERE.items() if command.startswith(k) or head.startswith(k) or k in command
+        )
+        pytest.skip(f"not run here: {reason}")
+    if "pytest" in argv:
+        pytest.skip("the test suite itself")
+    assert argv[:2] == ["python", "-m"], f"a README command this test cannot place: {command}"
+    module = argv[2]
+    if module == "grpo":
+        args = argv[3:]
+        if is_quick(command):
+            proc = _run(clone["root"], command)
+            assert proc.returncode == 0, f"{command}\n{proc.stderr[-3000:]}"
+            return
+        multirun = args[0] in ("-m", "--multirun")
+        overrides = [a for a in args if not a.startswith("-")]
+        if GPU.search(command):
+            with pytest.raises(UserError, match=r"needs vLLM|GPU|CUDA"):
+                check_command(overrides, multirun=multirun)
+            return
+        check_command(overrides, multirun=multirun)  # composes and passes every settings rule
+        return
+    # the small tools
+    if module == "grpo.tracking.sync":
+        command = command.replace(argv[3], str(clone["run"]))
+    if module == "grpo.compare" and len(argv) > 3:
+        proc = _run(clone["root"], "python -m grpo.compare --help")
+    else:
+        proc = _run(clone["root"], command)
+    if module == "grpo.compare" and proc.returncode == 2:
+        # no sweep in a new clone's store yet: one line that says what to run first
+        assert (
+            proc.stderr.strip()
+            == "error: no sweep in this store: run one (python -m grpo -m ...) or pass --uri / --experiment"
+        )
+        return
+    assert proc.returncode == 0, f"{command}\n{proc.stderr[-3000:]}"

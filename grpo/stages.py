@@ -260,8 +260,9 @@ def _eval_best(run: StageContext) -> None:
         extra_reward_funcs=run.rewards.extra,
         step=best.global_step,
         score_funcs=run.rewards.learned,
+        show_examples=False,  # the final evaluation printed the run's one per-example table
     )
-    run.tracker.log_eval("best", result, step=results.step)
+    run.tracker.log_eval("best", result, step=best.global_step)  # the step its weights are from
     results.evals["best"] = result
     _push_dataset(settings, result)
 

@@ -70,3 +70,12 @@ def test_the_switch_is_idempotent(full_head):
     assert trl_utils._use_triton(CPU) and trl_utils._use_triton(torch.device("meta")) == full_head(
         torch.device("meta")
     )
+
+
+def test_speed_and_eta_count_only_the_steps_this_process_ran():
+    from grpo.trl_support import clock, speed_and_eta
+
+    # resumed at step 2, 5 steps run here in 10 s, 10 of 17 left
+    assert speed_and_eta(10.0, 5, 7, 17) == "2.00 s/step, eta 0:00:20"
+    assert speed_and_eta(10.0, 0, 7, 17) == ""
+    assert clock(3725.4) == "1:02:05" and clock(float("nan")) == "?"

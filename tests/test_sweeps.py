@@ -116,7 +116,7 @@ def test_grid_sweep_in_two_parallel_jobs_logs_one_parent_and_a_child_per_job(tmp
             "plots/eval_by_function.png",
         }
     assert artifacts(client, parent.info.run_id) >= {"compare/reward_curves.png", "compare/summary.txt"}
-    assert "optimizer.lr=1e-6,3e-6" in proc.stdout and "FINISHED" in proc.stdout  # the closing table
+    assert "sweep lr=1e-6,3e-6" in proc.stdout and "FINISHED" in proc.stdout  # the closing table
 
     # the same comparison on demand; the latest sweep is found without an id
     out_png = tmp_path / "cmp.png"

@@ -486,10 +486,10 @@ def _reward_model(s: GrpoConfig) -> None:
             "reward_model.checkpoints=[DIR] (a reward_model stage's output dir), train one first with "
             "stages=[reward_model,eval], or drop reward_model= to evaluate with the env's rubric only"
         )
-    if rm.kind != "rubric" and {"train", "eval"} & set(s.stages):
-        _reward_model_checkpoints(s)
     # GRPO training rewards with the RM; evaluation only adds its score column
     if rm.kind == "rubric" or "train" not in s.stages:
+        if rm.kind != "rubric" and "eval" in s.stages:
+            _reward_model_checkpoints(s)
         return
     if rm.kind == "learned" and len(rm.checkpoints) > 1:
         _fail(
@@ -506,6 +506,7 @@ def _reward_model(s: GrpoConfig) -> None:
             f"reward_model={rm.kind} needs a trained reward model: set reward_model.checkpoints=[DIR] "
             "(a reward_model stage's output dir) or train one first with stages=[reward_model,train]"
         )
+    _reward_model_checkpoints(s)
 
 
 def _reward_model_checkpoints(s: GrpoConfig) -> None:

@@ -224,11 +224,12 @@ def train(
         trainer.vllm_generation.sync_weights()
         use_trainer_engine(trainer.vllm_generation, trainer.eos_token_ids)
     if world_size() > 1:
-        # one line per process: data parallelism leaves every rank with the same weights
-        print(
-            f"[train] rank {rank()}/{world_size()}: weights checksum {weights_checksum(trainer.model)}",
-            flush=True,
-        )
+        # one line per process: data parallelism leaves every rank with the same weights. One write
+        # of the whole line: print() writes the text and its newline apart, and on an unbuffered
+        # stdout shared by the ranks another rank's line could land between them
+        line = f"[train] rank {rank()}/{world_size()}: weights checksum {weights_checksum(trainer.model)}\n"
+        sys.stdout.write(line)
+        sys.stdout.flush()
     return TrainResult(
         global_step=int(trainer.state.global_step),
         metrics=dict(bundle.printer.last),

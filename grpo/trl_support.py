@@ -18,6 +18,10 @@ Every stage builds its TRL trainer the same way:
 Probes: `has_cuda()` (pinned host memory only helps copies to a GPU) and `is_sharded(trainer)`
 (ZeRO-3 / FSDP: each process holds a shard of the parameters).
 
+FSDP2 on CPU processes (`shard_cpu_processes_if_asked`, called by `make_trainer`): an FSDP launch
+(accelerate/cpu_fsdp2.yaml) over gloo is sharded with torch's fully_shard, which accelerate would
+otherwise drop without a word for DDP.
+
 TRL's fused LM head (`score_labelled_positions_on_cpu`): TRL 1.16's trainers replace the LM head's
 forward with a chunked log-prob kernel, `model(..., labels=labels, fused_lm_head=True)`. On Triton
 devices it projects only the positions whose label is not -100; everywhere else it projects EVERY
@@ -73,6 +77,7 @@ def make_trainer(trainer_cls: type, stage: str, callbacks: Sequence[Any] = (), *
 
     score_labelled_positions_on_cpu()  # the loss head skips unlabelled positions on CPU too
     quiet_library_notices(kwargs.get("model"))
+    shard_cpu_processes_if_asked(stage)
     trainer = trainer_cls(callbacks=[*callbacks, marker_callback(), stop_callback(stage)], **kwargs)
     trainer.remove_callback(PrinterCallback)  # the stage prints one compact line per log instead
     return trainer
@@ -84,6 +89,7 @@ def quiet_library_notices(model: Any = None) -> None:
       at every generation and checkpoint (trl/models/utils.py);
     - transformers' "Loading weights" / "Writing model shards" bars (grpo prints what it loads);
     - "mtime may not be reliable on this filesystem" when the trainer rotates checkpoints;
+    - accelerate's INFO lines for each FSDP shard saved or loaded;
     - on resume, "There were missing keys in the checkpoint model loaded: ['lm_head.weight']" when
       the missing keys are tied to parameters that were loaded (the tiny / small models and
       Qwen3-0.6B tie the LM head to the embeddings; safetensors stores a tied tensor once).
@@ -96,6 +102,8 @@ def quiet_library_notices(model: Any = None) -> None:
         "ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning
     )
     hf_logging.disable_progress_bar()
+    # FSDP checkpoints: accelerate logs every save and load of each shard at INFO
+    logging.getLogger("accelerate.utils.fsdp_utils").setLevel(logging.WARNING)
     # checkpoint rotation on filesystems with coarse mtimes (overlay, NFS): it then orders the
     # checkpoints by step number, which is what grpo's own resume does anyway (grpo/run/checkpoints.py)
     utils_log = hf_logging.get_logger("transformers.trainer_utils")
@@ -165,6 +173,53 @@ def has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def shard_cpu_processes_if_asked(stage: str = "train") -> bool:
+    """FSDP over CPU processes (gloo), when the launch asked for FSDP (`accelerate launch` with an
+    FSDP config sets ACCELERATE_USE_FSDP) and the processes run on CPU (ACCELERATE_USE_CPU).
+
+    accelerate 1.15 turns FSDP on only for accelerator device types: AcceleratorState.__init__
+    (accelerate/state.py) sets DistributedType.FSDP inside `elif self.distributed_type in
+    [MULTI_GPU, MULTI_NPU, ...]`, and CPU processes are MULTI_CPU, so the FSDP config is dropped
+    without a word and the run is DDP. torch's own FSDP2 (`fully_shard`) shards on CPU over gloo.
+    This builds the accelerator state the trainer will use first, with the launch's FSDP plugin,
+    and marks it FSDP: accelerate then prepares the model with `fully_shard` exactly as on GPUs
+    (its fsdp2_prepare_model), and the trainers save and load sharded state through accelerate.
+    `stage` prefixes its one line. True when it did so (idempotent); False when not asked, or not
+    on CPU processes."""
+    env = os.environ
+    if env.get("ACCELERATE_USE_FSDP", "false").lower() != "true" or int(env.get("WORLD_SIZE", "1")) < 2:
+        return False
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    from accelerate import Accelerator
+
+    partial = PartialState()
+    if partial.device.type != "cpu" or partial.distributed_type not in (
+        DistributedType.MULTI_CPU,
+        DistributedType.FSDP,
+    ):
+        return False  # accelerate's own FSDP (GPUs and other accelerators)
+    plugin = FullyShardedDataParallelPlugin()  # from the launch's FSDP_* variables
+    if plugin.fsdp_version != 2:
+        raise UserError(
+            f"FSDP on CPU processes needs fsdp_version: 2 (torch's fully_shard), not {plugin.fsdp_version}"
+        )
+    state = Accelerator(cpu=True).state  # the state every later Accelerator of this process shares
+    if state.distributed_type != DistributedType.FSDP:
+        state.fsdp_plugin = plugin
+        # what accelerate does for FSDP on GPUs (the end of AcceleratorState.__init__): each later
+        # AcceleratorState re-reads the distributed type from the PartialState
+        state.distributed_type = DistributedType.FSDP
+        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+        if state.is_main_process:
+            print(
+                f"[{stage}] FSDP2 over {state.num_processes} CPU processes (gloo): accelerate enables FSDP only "
+                "on accelerators, so grpo marks its state FSDP; the model is sharded by torch's fully_shard"
+            )
+    return True
 
 
 def is_sharded(trainer: Any) -> bool:

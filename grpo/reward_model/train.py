@@ -352,11 +352,13 @@ def train_reward_model(
     out_dir: str | os.PathLike[str],
     tracker: Tracker | None = None,
     resume_from: Path | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> RMResult:
     """Train the run's reward model into `out_dir` (see the module docstring); returns its metrics.
     `resume_from`: a checkpoint of an interrupted run's reward_model stage to continue from (Ctrl-C
     / SIGTERM stop the stage at a step boundary with one, in <run_dir>/reward_model_checkpoints).
-    `tracker`: where its metrics and small files go."""
+    `tracker`: where its metrics and small files go. `callbacks`: extra transformers
+    TrainerCallbacks (e.g. a step timer)."""
     tracker = tracker or NullTracker()
     out = Path(out_dir)
     start = time.perf_counter()
@@ -382,7 +384,7 @@ def train_reward_model(
     trainer = make_trainer(
         RewardTrainer,
         "reward_model",
-        [_progress(), tracker.trainer_callback(f"{METRIC_PREFIX}train/")],
+        [_progress(), tracker.trainer_callback(f"{METRIC_PREFIX}train/"), *callbacks],
         model=model,
         args=reward_config(settings, checkpoints),
         train_dataset=_dataset(train_pairs, encoder, heads),

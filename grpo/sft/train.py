@@ -178,9 +178,10 @@ def build_sft_trainer(
     examples: Sequence[Example],
     output_dir: Path,
     tracker: Tracker | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> Any:
     """TRL's SFTTrainer on `examples` (its train_dataset holds the labels it trains on); its
-    metrics go to `tracker` as sft/<name>."""
+    metrics go to `tracker` as sft/<name>. `callbacks`: extra transformers TrainerCallbacks."""
     from trl import SFTTrainer
 
     tracker = tracker or NullTracker()
@@ -192,7 +193,7 @@ def build_sft_trainer(
     return make_trainer(
         SFTTrainer,
         "sft",
-        [_progress(), tracker.trainer_callback(METRIC_PREFIX)],
+        [_progress(), tracker.trainer_callback(METRIC_PREFIX), *callbacks],
         model=model,
         args=sft_config(settings, output_dir),
         train_dataset=sft_dataset(examples),
@@ -221,12 +222,14 @@ def train_sft(
     tokenizer: Any = None,
     tracker: Tracker | None = None,
     resume_from: Path | None = None,
+    callbacks: Sequence[Any] = (),
 ) -> SftResult:
     """Fine-tune the policy on the stage's demonstrations and save it to `out_dir` (see the module
     docstring). `model` / `tokenizer`: the run's policy if already loaded, else settings.model's.
     `tracker`: where its metrics and sft_meta.json go. `resume_from`: an SFT checkpoint of an
-    interrupted run to continue from. The trainer's checkpoints go to the run folder (the parent
-    of `out_dir`), sft_checkpoints/."""
+    interrupted run to continue from. `callbacks`: extra transformers TrainerCallbacks (e.g. a
+    step timer). The trainer's checkpoints go to the run folder (the parent of `out_dir`),
+    sft_checkpoints/."""
     start = time.perf_counter()
     tracker = tracker or NullTracker()
     demos = load_demonstrations(settings, env)  # every data error surfaces here, before any model
@@ -242,7 +245,9 @@ def train_sft(
         with _quiet_progress_bars():
             checkpoints = RunLayout(out.parent).stage_checkpoints("sft")
             with _attention_for(settings, model):
-                trainer = build_sft_trainer(settings, model, tokenizer, examples, checkpoints, tracker)
+                trainer = build_sft_trainer(
+                    settings, model, tokenizer, examples, checkpoints, tracker, callbacks
+                )
                 run_trainer(trainer, "sft", resume_from)
         model = trainer.model
         if settings.sft.lora:

@@ -1,0 +1,292 @@
+"""The GPU check's workloads, run by benchmarks/gpu_check.sh (read its header first).
+
+    python benchmarks/gpu_check.py [--cpu-dry-run] [--steps N]
+
+Each workload goes through grpo's own stage code (the settings `python -m grpo` composes and
+checks, the GRPO / SFT / reward-model trainers grpo builds) with a step timer added as a trainer
+callback, one after the other in this process; GPU memory is freed and its peak counter reset
+between them. Per workload it prints a RESULT line, and at the end one summary table:
+
+- tokens/s: GRPO: model tokens generated per second inside the rollouts (the env's turns are not
+  counted); SFT and RM: real (non-padding) input tokens per second of training, the mean tokens of
+  a dataset row (an RM row: the pair's two sequences) times the rows of one optimizer step, over
+  s/step.
+- s/step: the median wall time of an optimizer step, the first step (CUDA warm-up, vLLM's graph
+  capture) left out.
+- peak GPU memory: torch.cuda.max_memory_allocated() during the workload (n/a on CPU).
+
+--cpu-dry-run: the same workloads on CPU with model=tiny, tiny batches and a few steps, so that
+the script is exercised where there is no GPU (tests/test_gpu_check.py runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+# GRPO on 3-turn alphabet-sort: every model turn runs to its token limit on a random model (it never
+# emits EOS), so a step's generated tokens are fixed by the batch geometry
+GPU_GRPO = [
+    "model=qwen3_0_6b_random",
+    "trainer.bf16=true",
+    "trainer.num_generations=8",
+    "trainer.per_device_batch_completions=32",
+    "trainer.gradient_accumulation_steps=2",
+    "trainer.max_completion_length=1024",
+    "generation.max_tokens_per_turn=128",
+    "trainer.beta=0",
+    "optimizer.lr=1e-6",
+]
+CPU_GRPO = [
+    "model=tiny",
+    "trainer.num_generations=4",
+    "trainer.per_device_batch_completions=8",
+    "trainer.gradient_accumulation_steps=1",
+    "trainer.max_completion_length=256",
+    "generation.max_tokens_per_turn=16",
+    "trainer.beta=0",
+]
+GPU_SFT = ["model=qwen3_0_6b_random", "sft.bf16=true", "sft.batch_size=8", "sft.num_examples=400"]
+CPU_SFT = ["model=tiny", "sft.batch_size=4", "sft.num_examples=40"]
+GPU_RM = [
+    "reward_model=learned",
+    "reward_model/backbone=qwen3_0_6b_random",
+    "reward_model.data.synthetic.n=2000",
+]
+CPU_RM = ["reward_model=learned", "reward_model.data.synthetic.n=300"]
+COMMON = ["+env=alphabet_sort", "env.min_turns=3", "env.max_turns=3", "tracking=none"]
+
+
+@dataclass
+class Result:
+    name: str
+    tokens_per_s: float | None = None
+    seconds_per_step: float | None = None
+    steps_timed: int = 0
+    peak_gib: float | None = None
+    note: str = ""
+
+    def row(self) -> str:
+        def cell(value: float | None, fmt: str) -> str:
+            return "-" if value is None else format(value, fmt)
+
+        return (
+            f"| {self.name} | {cell(self.tokens_per_s, ',.0f')} | {cell(self.seconds_per_step, '.2f')} | "
+            f"{self.steps_timed} | {cell(self.peak_gib, '.1f')} | {self.note} |"
+        )
+
+
+def step_meter():
+    """A TrainerCallback that records when each optimizer step ends, and the mean real tokens of a
+    training-dataset row: its token-id columns summed (SFT: input_ids; RM: chosen_ids + rejected_ids)."""
+    from transformers import TrainerCallback
+
+    class StepMeter(TrainerCallback):
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+            self.row_tokens: float | None = None
+            self.rows_per_step = 0
+
+        def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+            dataset = getattr(train_dataloader, "dataset", None)
+            columns = [c for c in getattr(dataset, "column_names", []) or [] if c.endswith("ids")]
+            if columns:
+                lengths = [sum(len(row[c]) for c in columns) for row in dataset]
+                self.row_tokens = statistics.fmean(lengths)
+            self.rows_per_step = (
+                args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+            )
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.ends.append(time.perf_counter())
+
+        def seconds_per_step(self) -> tuple[float | None, int]:
+            gaps = [b - a for a, b in zip(self.ends, self.ends[1:], strict=False)]  # step 1 is warm-up
+            return (statistics.median(gaps) if gaps else None), len(gaps)
+
+    return StepMeter()
+
+
+def _settings(overrides: list[str]):
+    from grpo.cli.checks import check
+    from grpo.compose import load_settings
+
+    settings = load_settings(overrides)
+    check(settings)  # the rules `python -m grpo` runs first (GPU, vLLM installed, batch geometry)
+    return settings
+
+
+def run_grpo(name: str, overrides: list[str], out: Path) -> Result:
+    from grpo.envs import build_env
+    from grpo.train.trainer import build_trainer
+    from grpo.trl_support import run_trainer
+
+    settings = _settings(overrides)
+    meter = step_meter()
+    bundle = build_trainer(settings, build_env(settings.env, settings.language), out, callbacks=[meter])
+    rollout = bundle.trainer.rollout_func
+    calls: list[tuple[float, int]] = []  # (seconds, model tokens) of each generation batch
+
+    def timed_rollout(prompts, trainer):
+        start = time.perf_counter()
+        result = rollout(prompts, trainer)
+        calls.append((time.perf_counter() - start, sum(sum(mask) for mask in result["env_mask"])))
+        return result
+
+    bundle.trainer.rollout_func = timed_rollout
+    run_trainer(bundle.trainer, "train", None)
+    timed = calls[1:] or calls  # the first batch warms up CUDA (and captures vLLM's graphs)
+    seconds, tokens = sum(s for s, _ in timed), sum(t for _, t in timed)
+    per_step, steps = meter.seconds_per_step()
+    note = f"{tokens:,} generated tokens in {seconds:.1f} s over {len(timed)} generation batches"
+    return Result(name, tokens / seconds if seconds else None, per_step, steps, note=note)
+
+
+def run_sft(name: str, overrides: list[str], out: Path) -> Result:
+    from grpo.envs import build_env
+    from grpo.sft.train import train_sft
+
+    settings = _settings([*overrides, "stages=[sft]"])
+    meter = step_meter()
+    train_sft(settings, build_env(settings.env, settings.language), out / "sft", callbacks=[meter])
+    return _trainer_result(name, meter, "padding-free batches")
+
+
+def run_reward_model(name: str, overrides: list[str], out: Path) -> Result:
+    from grpo.reward_model.train import train_reward_model
+
+    settings = _settings([*overrides, "stages=[reward_model]"])
+    meter = step_meter()
+    train_reward_model(settings, out / "reward_model", callbacks=[meter])
+    return _trainer_result(name, meter, "chosen + rejected sequences")
+
+
+def _trainer_result(name: str, meter, what: str) -> Result:
+    per_step, steps = meter.seconds_per_step()
+    rate = None
+    if per_step and meter.row_tokens:
+        rate = meter.row_tokens * meter.rows_per_step / per_step
+    tokens = f"{meter.row_tokens:.0f}" if meter.row_tokens else "?"
+    return Result(
+        name, rate, per_step, steps, note=f"{what}: {tokens} tokens/row x {meter.rows_per_step} rows/step"
+    )
+
+
+def workloads(dry_run: bool, steps: int) -> list[tuple[str, object, list[str]]]:
+    grpo = [
+        *COMMON,
+        *(CPU_GRPO if dry_run else GPU_GRPO),
+        f"trainer.max_steps={steps}",
+        "trainer.save_steps=100000",
+    ]
+    sft = [*COMMON, *(CPU_SFT if dry_run else GPU_SFT), f"sft.max_steps={4 if dry_run else 20}"]
+    rm = [
+        *COMMON,
+        *(CPU_RM if dry_run else GPU_RM),
+        f"reward_model.training.max_steps={4 if dry_run else 20}",
+    ]
+    return [
+        ("GRPO hf, full fine-tuning", run_grpo, [*grpo, "generation=hf"]),
+        ("GRPO hf, LoRA", run_grpo, [*grpo, "generation=hf", "model.lora.enabled=true"]),
+        ("GRPO vLLM colocate", run_grpo, [*grpo, "generation=vllm_colocate"]),
+        ("SFT", run_sft, sft),
+        ("reward model", run_reward_model, rm),
+    ]
+
+
+def unmet_requirements(site: str) -> list[str]:
+    """One line per requirement of a distribution installed in `site` (the carried wheels) that the
+    importable packages do not meet: missing, or a version outside the range."""
+    import importlib.metadata as metadata
+
+    from packaging.requirements import Requirement
+
+    lines = []
+    for dist in metadata.distributions(path=[site]):
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue  # an extra's or another platform's requirement
+            try:
+                have = metadata.version(req.name)
+            except metadata.PackageNotFoundError:
+                lines.append(f"{dist.name} {dist.version} needs {req}: not installed")
+                continue
+            if req.specifier and not req.specifier.contains(have, prereleases=True):
+                lines.append(f"{dist.name} {dist.version} needs {req}: this machine has {have}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu-dry-run", action="store_true", help="model=tiny on CPU, a few steps")
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps per workload (default 4; 3 dry)")
+    parser.add_argument(
+        "--requirements", metavar="SITE", help="only list the unmet requirements of SITE's wheels"
+    )
+    args = parser.parse_args(argv)
+    if args.requirements:
+        unmet = unmet_requirements(args.requirements)
+        for line in unmet:
+            print(f"gpu_check: warning: {line}")
+        print(f"gpu_check: carried wheels installed; {len(unmet)} unmet requirement(s)")
+        return 0
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.cpu_dry_run:
+        print("gpu_check: no CUDA GPU visible (run with --cpu-dry-run to check the script on CPU)")
+        return 2
+    steps = args.steps or (3 if args.cpu_dry_run else 4)
+    results: list[Result] = []
+    failed = False
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="grpo-gpu-check-") as tmp:
+        for i, (name, run, overrides) in enumerate(workloads(args.cpu_dry_run, steps)):
+            if "generation=vllm_colocate" in overrides and (
+                not cuda or importlib.util.find_spec("vllm") is None
+            ):
+                why = (
+                    "no GPU"
+                    if not cuda
+                    else "vllm is not installed (pip install 'grpo[vllm]'; its wheels are too large to carry)"
+                )
+                print(f"== {name}: skipped, {why}", flush=True)
+                results.append(Result(name, note=f"skipped: {why}"))
+                continue
+            print(f"== {name}: {' '.join(overrides)}", flush=True)
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            try:
+                result = run(name, overrides, Path(tmp) / f"w{i}")
+            except Exception as ex:  # one workload's failure does not hide the others' numbers
+                traceback.print_exc()
+                failed = True
+                result = Result(name, note="FAILED: " + " ".join(f"{type(ex).__name__}: {ex}".split())[:200])
+            if cuda:
+                result.peak_gib = torch.cuda.max_memory_allocated() / 2**30
+            print(f"RESULT {result.row()}", flush=True)
+            results.append(result)
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
+    device = torch.cuda.get_device_name() if cuda else "CPU (dry run: model=tiny)"
+    print()
+    print(f"GPU check on {device}, torch {torch.__version__}, {time.perf_counter() - started:.0f} s in all")
+    print("| workload | tokens/s | s/step | steps timed | peak GPU memory (GiB) | what |")
+    print("|---|---|---|---|---|---|")
+    for result in results:
+        print(result.row())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

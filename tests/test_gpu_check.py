@@ -1,0 +1,43 @@
+"""The GPU check's CPU dry run: benchmarks/gpu_check.sh --cpu-dry-run runs every workload of the
+GPU check (GRPO hf full and LoRA, SFT, the reward model; vLLM skipped) through grpo's own stage code
+on model=tiny, so the script cannot rot where no GPU ever runs it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from grpo_process import process_env
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = ["GRPO hf, full fine-tuning", "GRPO hf, LoRA", "GRPO vLLM colocate", "SFT", "reward model"]
+
+
+def test_cpu_dry_run_measures_every_workload(tmp_path):
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--cpu-dry-run"],
+        capture_output=True, text=True, env=process_env(tmp_path), cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    table = done.stdout[done.stdout.index("| workload |") :].splitlines()
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table[2:] if line.strip()]
+    rows = {row[0]: row[1:] for row in cells}
+    assert list(rows) == WORKLOADS, table
+    for name in WORKLOADS:
+        tokens, per_step, steps, memory, what = rows[name]
+        if name.startswith("GRPO vLLM"):
+            assert what == "skipped: no GPU" and tokens == "-"
+            continue
+        # a rate, a step time and the steps they come from; no GPU memory on CPU
+        assert float(tokens.replace(",", "")) > 0 and float(per_step) > 0 and int(steps) >= 2, (
+            name,
+            rows[name],
+        )
+        assert memory == "-"
+    generated = re.search(r"([\d,]+) generated tokens", rows["GRPO hf, full fine-tuning"][4])
+    assert generated and int(generated[1].replace(",", "")) > 0
+    assert "GPU check on CPU (dry run: model=tiny)" in done.stdout

@@ -209,7 +209,7 @@ def unmet_requirements(site: str) -> list[str]:
 
     from packaging.requirements import Requirement
 
-    lines = []
+    lines, grpo_missing = [], []
     for dist in metadata.distributions(path=[site]):
         for text in dist.requires or []:
             req = Requirement(text)
@@ -218,10 +218,15 @@ def unmet_requirements(site: str) -> list[str]:
             try:
                 have = metadata.version(req.name)
             except metadata.PackageNotFoundError:
-                lines.append(f"{dist.name} {dist.version} needs {req}: not installed")
+                if dist.name == "grpo":  # its packages for other paths (tracking, sweeps, languages)
+                    grpo_missing.append(req.name)
+                else:
+                    lines.append(f"{dist.name} {dist.version} needs {req}: not installed")
                 continue
             if req.specifier and not req.specifier.contains(have, prereleases=True):
                 lines.append(f"{dist.name} {dist.version} needs {req}: this machine has {have}")
+    if grpo_missing:
+        lines.append(f"grpo's {', '.join(sorted(grpo_missing))} not installed: not on this check's path")
     return lines
 
 

@@ -33,6 +33,8 @@ done
 
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TRL_EXPERIMENTAL_SILENCE=1
 export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+# the interpreter that holds torch (on the lent GPU machines: python3)
+PY="${PYTHON:-python3}"
 
 if [ -n "$wheels" ]; then
   compgen -G "$wheels/*.whl" >/dev/null || { echo "gpu_check: no wheels in $wheels (make them with benchmarks/gpu_wheels.sh)" >&2; exit 2; }
@@ -40,10 +42,10 @@ if [ -n "$wheels" ]; then
   build="$(mktemp -d -t grpo-build-XXXXXX)"
   trap 'rm -rf "$site" "$build"' EXIT
   # grpo from a copy of this tree: the build leaves nothing in the working tree
-  cp -r pyproject.toml README.md grpo conf "$build"/
-  python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --no-build-isolation \
+  cp -r pyproject.toml README.md grpo conf sweeps "$build"/
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --no-build-isolation \
     --target "$site" "$wheels"/*.whl "$build"
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-  python benchmarks/gpu_check.py --requirements "$site"
+  "$PY" benchmarks/gpu_check.py --requirements "$site"
 fi
-python benchmarks/gpu_check.py ${args[@]+"${args[@]}"}
+"$PY" benchmarks/gpu_check.py ${args[@]+"${args[@]}"}

@@ -13,6 +13,7 @@
 set -euo pipefail
 DIR="${1:?usage: gpu_wheels.sh DIR}"
 PY="${PYTHON_VERSION:-3.12}"
+PIP=("${PYTHON:-python3}" -m pip)
 mkdir -p "$DIR"
 # name==version: what grpo's install resolves to here, kept to one version of each
 WHEELS=(
@@ -30,10 +31,10 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manyl
   platforms+=(--platform "$p")
 done
 # antlr4 4.9.3 is an sdist only: build its (pure-Python) wheel here
-python -m pip wheel -q --no-deps --no-build-isolation -w "$DIR" antlr4-python3-runtime==4.9.3
+"${PIP[@]}" wheel -q --no-deps --no-build-isolation -w "$DIR" antlr4-python3-runtime==4.9.3
 for spec in "${WHEELS[@]}"; do
   [[ $spec == antlr4-python3-runtime* ]] && continue
-  python -m pip download -q --no-deps --only-binary=:all: --python-version "$PY" --implementation cp \
+  "${PIP[@]}" download -q --no-deps --only-binary=:all: --python-version "$PY" --implementation cp \
     "${platforms[@]}" -d "$DIR" "$spec"
 done
 ls -l "$DIR"/*.whl | awk '{printf "%9d  %s\n", $5, $NF}'

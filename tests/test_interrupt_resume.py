@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,25 @@ def _grpo(root: Path, *args: str) -> subprocess.CompletedProcess:
         cwd=root,
         timeout=600,
     )
+
+
+def _grpo_in_background(root: Path, name: str, *args: str) -> Callable[[], subprocess.CompletedProcess]:
+    """`_grpo` started now, beside the test's other processes (the machine has a second core); the
+    returned function waits for it. Its output goes to files: a full pipe would stall it."""
+    out, err = open(root / f"{name}.out", "w+"), open(root / f"{name}.err", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "grpo", *args], stdout=out, stderr=err, text=True,
+                            env=_env(root), cwd=root)  # fmt: skip
+
+    def wait() -> subprocess.CompletedProcess:
+        proc.wait(timeout=600)
+        texts = []
+        for fh in (out, err):
+            fh.seek(0)
+            texts.append(fh.read())
+            fh.close()
+        return subprocess.CompletedProcess(proc.args, proc.returncode, *texts)
+
+    return wait
 
 
 def _client(root: Path) -> MlflowClient:
@@ -136,6 +156,9 @@ def _interrupt(root: Path, run_dir: Path, signum: int) -> tuple[int, str]:
 # stage test below sends it through a whole stop and resume too
 @pytest.mark.parametrize("signum", [signal.SIGTERM], ids=["SIGTERM"])
 def test_a_signal_stops_with_a_checkpoint_and_the_resume_ends_on_the_same_weights(tmp_path, signum):
+    # the same run never interrupted, for its final weights, beside the interrupted one
+    straight_run = _grpo_in_background(tmp_path, "straight", *RUN, "stages=[train]", f"trainer.max_steps={MAX_STEPS}",
+                                       "tracking=none", f"hydra.run.dir={tmp_path / 'straight'}")  # fmt: skip
     run_dir = tmp_path / "interrupted"
     code, err = _interrupt(tmp_path, run_dir, signum)
 
@@ -164,8 +187,7 @@ def test_a_signal_stops_with_a_checkpoint_and_the_resume_ends_on_the_same_weight
     assert _steps(client, run.info.run_id, "train/reward") == list(range(1, MAX_STEPS + 1))
 
     # the same run never interrupted: the same final weights
-    straight = _grpo(tmp_path, *RUN, "stages=[train]", f"trainer.max_steps={MAX_STEPS}", "tracking=none",
-                     f"hydra.run.dir={tmp_path / 'straight'}")  # fmt: skip
+    straight = straight_run()
     assert straight.returncode == 0, straight.stderr[-3000:]
     expected = load_file(
         tmp_path / "straight" / "checkpoints" / f"checkpoint-{MAX_STEPS}" / "model.safetensors"
@@ -219,15 +241,16 @@ def test_a_resume_keeps_the_runs_settings(tmp_path):
 
 
 STAGE_RUNS = {
+    # one-turn episodes: short sequences, quick steps (the stop and resume do not depend on length)
     # 12 SFT steps of 4 demonstrations on the tiny model
     "sft": (
-        ["+env=alphabet_sort", "stages=[sft]", "sft.num_examples=48", "sft.batch_size=4", "sft.logging_steps=1",
+        ["+env=alphabet_sort", "env.max_turns=1", "stages=[sft]", "sft.num_examples=48", "sft.batch_size=4", "sft.logging_steps=1",
          "sft.lr=1e-3", "seed=3"],
         "sft/model.safetensors",
     ),
     # 12 reward-model steps of 8 pairs (48 synthetic pairs per language, 1/5 held out)
     "reward_model": (
-        ["+env=alphabet_sort", "stages=[reward_model]", "reward_model.data.synthetic.n=120",
+        ["+env=alphabet_sort", "env.max_turns=1", "stages=[reward_model]", "reward_model.data.synthetic.n=120",
          "reward_model.training.logging_steps=1", "seed=3"],
         "reward_model/model.safetensors",
     ),
@@ -238,6 +261,9 @@ STAGE_RUNS = {
 @pytest.mark.parametrize("stage", list(STAGE_RUNS))
 def test_sft_and_reward_model_stages_stop_with_a_checkpoint_and_resume(tmp_path, stage):
     overrides, weights = STAGE_RUNS[stage]
+    # the same stage never interrupted, for its weights, beside the interrupted one
+    straight_run = _grpo_in_background(tmp_path, "straight", *overrides, "tracking=none",
+                                       f"hydra.run.dir={tmp_path / 'straight'}")  # fmt: skip
     run_dir = tmp_path / "interrupted"
     log = tmp_path / "interrupted.log"
     with open(log, "w") as out, open(tmp_path / "interrupted.err", "w") as err:
@@ -268,7 +294,7 @@ def test_sft_and_reward_model_stages_stop_with_a_checkpoint_and_resume(tmp_path,
     resumed = _grpo(tmp_path, f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'resumed'}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"step {step + 1}/" in resumed.stdout and f"step {step}/" not in resumed.stdout
-    straight = _grpo(tmp_path, *overrides, "tracking=none", f"hydra.run.dir={tmp_path / 'straight'}")
+    straight = straight_run()
     assert straight.returncode == 0, straight.stderr[-3000:]
     expected, got = load_file(tmp_path / "straight" / weights), load_file(tmp_path / "resumed" / weights)
     assert expected.keys() == got.keys()

@@ -87,14 +87,23 @@ def clone(tmp_path_factory):
     """A new user's working directory, with what the placeholders stand for: a finished run
     folder (a real evaluation run), a reward model trained on en and sv, an SFT model dir."""
     root = tmp_path_factory.mktemp("clone")
-    # a finished GRPO run (tracked): what resume= and the MLflow sync take
-    proc = _run(
+    # the two runs side by side (they share nothing): a finished GRPO run (tracked), what resume=
+    # and the MLflow sync take, and an RM trained on en and sv (untracked, in its own folder)
+    grpo_run = _start(
         root,
         "python -m grpo +env=alphabet_sort stages=[train] trainer.max_steps=1 trainer.num_generations=2 "
         "trainer.per_device_batch_completions=2 env.max_turns=1 trainer.max_completion_length=16 "
         "generation.max_tokens_per_turn=16",
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    rm_run = _start(
+        root,
+        "python -m grpo +env=alphabet_sort stages=[reward_model] reward_model=learned tracking=none "
+        "reward_model.data.synthetic.n=40 'reward_model.data.synthetic.languages=[en,sv]' "
+        "reward_model.training.max_steps=2 hydra.run.dir=rm_run",
+    )
+    for proc in (grpo_run, rm_run):
+        err = proc.communicate(timeout=300)[1]
+        assert proc.returncode == 0, err[-2000:]
     (run_dir,) = (root / "outputs" / "runs").glob("*/*")
     # the user's own chat data (the README's format)
     (root / "data").mkdir()
@@ -103,13 +112,6 @@ def clone(tmp_path_factory):
         '"language": "sv"}\n',
         encoding="utf-8",
     )
-    rm = _run(
-        root,
-        "python -m grpo +env=alphabet_sort stages=[reward_model] reward_model=learned tracking=none "
-        "reward_model.data.synthetic.n=40 'reward_model.data.synthetic.languages=[en,sv]' "
-        "reward_model.training.max_steps=2 hydra.run.dir=rm_run",
-    )
-    assert rm.returncode == 0, rm.stderr[-2000:]
     return {
         "root": root,
         "run": run_dir,
@@ -118,14 +120,40 @@ def clone(tmp_path_factory):
     }
 
 
-def _run(cwd: Path, command: str, timeout: int = 120) -> subprocess.CompletedProcess:
+def _start(cwd: Path, command: str) -> subprocess.Popen:
+    """A README command line, started in `cwd` as a new user's shell would run it (its own env
+    assignments, offline, none of the test session's output settings)."""
     env, argv = split(command)
     if argv[0] == "python":
         argv[0] = sys.executable
     full = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
     for key in ("GRPO_OUTPUT_ROOT", "MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR"):
         full.pop(key, None)
-    return subprocess.run(argv, cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout)
+    return subprocess.Popen(
+        argv, cwd=cwd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _run(cwd: Path, command: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    proc = _start(cwd, command)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def quick_runs(clone) -> dict[str, subprocess.CompletedProcess]:
+    """Every quick `python -m grpo` command of the README, run for real in the clone, two at a time
+    (each is one process on one core; the machine has two): command as written -> its result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    quick = [c for c in COMMANDS if is_quick(_fill(c, clone)) and split(c)[1][:3] == ["python", "-m", "grpo"]]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = pool.map(lambda c: _run(clone["root"], _fill(c, clone)), quick)
+        return dict(zip(quick, results, strict=True))
 
 
 def _fill(command: str, clone: dict) -> str:
@@ -148,8 +176,8 @@ def test_the_readme_has_commands_of_every_kind():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS)
-def test_readme_command(command, clone, monkeypatch):
-    command = _fill(command, clone)
+def test_readme_command(command, clone, quick_runs, monkeypatch):
+    written, command = command, _fill(command, clone)
     for key, value in split(command)[0].items():
         monkeypatch.setenv(key, value)  # what the command sets in front of it, for the preflight too
     monkeypatch.chdir(clone["root"])  # relative paths (data/prefs.jsonl) as in the user's clone
@@ -167,7 +195,7 @@ def test_readme_command(command, clone, monkeypatch):
     if module == "grpo":
         args = argv[3:]
         if is_quick(command):
-            proc = _run(clone["root"], command)
+            proc = quick_runs[written]
             assert proc.returncode == 0, f"{command}\n{proc.stderr[-3000:]}"
             return
         multirun = args[0] in ("-m", "--multirun")

@@ -230,7 +230,7 @@ def _options_if_group(key: str) -> list[str]:
 def preflight(argv: Sequence[str]) -> Checked | None:
     """Check the command line before Hydra runs it; exit 2 with one line on a problem. Returns the
     (first job's) checked settings and resume plan, None when Hydra is left to answer alone (help,
-    --info, argparse errors, HYDRA_FULL_ERROR=1)."""
+    --info, argparse errors, and with HYDRA_FULL_ERROR=1 any problem)."""
     # Hydra has no public way to split a command line into its flags and overrides; this private
     # import is the project's only use of Hydra internals
     from hydra._internal.utils import get_args_parser
@@ -242,7 +242,13 @@ def preflight(argv: Sequence[str]) -> Checked | None:
     if any(getattr(args, flag, False) for flag in _HYDRA_INFO_FLAGS):
         return None
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        return None  # the user asked for Hydra's own full errors
+        # the user asked for Hydra's own full errors: a command line that does not compose is left
+        # to Hydra; one that does still hands on its settings (ranks > 0 of a launch need them to
+        # find rank 0's run dir)
+        try:
+            return check_command(args.overrides or [], multirun=bool(args.multirun))
+        except UserError:
+            return None
     from grpo.cli.output_check import check_writable_outputs
 
     try:

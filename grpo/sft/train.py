@@ -283,9 +283,15 @@ def train_sft(
         with best_effort("sft", "sft_meta.json"):
             tracker.log_artifact(out / SFT_META_FILE, "sft")  # the small file; not the weights
             tracker.log_tags({"grpo.sft.path": str(out)})
-        loss, accuracy = metrics.get("loss", math.nan), metrics.get("mean_token_accuracy", math.nan)
+        # fewer steps than sft.logging_steps log no step loss: the trainer's mean over the run then
+        label, loss = (
+            ("loss", metrics["loss"])
+            if "loss" in metrics
+            else ("mean loss", metrics.get("train_loss", math.nan))
+        )
+        accuracy = metrics.get("mean_token_accuracy", math.nan)
         print_main(
-            f"[sft] {step} steps in {seconds:.1f} s | loss {loss:.4f} | token accuracy {accuracy:.3f} | "
+            f"[sft] {step} steps in {seconds:.1f} s | {label} {loss:.4f} | token accuracy {accuracy:.3f} | "
             f"saved to {out}",
             flush=True,
         )

@@ -115,6 +115,22 @@ def eval_label(settings: GrpoConfig, trained: bool) -> str:
     return "final" if trained else "baseline"
 
 
+def _checkpoint_eval_command(settings: GrpoConfig, checkpoint: Path | None) -> str:
+    """The command that evaluates a saved GRPO checkpoint of this run in one process: the run's env
+    and languages, the checkpoint loaded as a pretrained model dir (what full fine-tuning saves)."""
+    import shlex
+
+    from grpo.languages import language_override
+
+    language = settings.language
+    languages = list(language.members or []) if language.code == "mix" else [language.code]
+    env_cfg = settings.env if isinstance(settings.env, dict) else vars(settings.env)
+    # a verifiers environment is the verifiers option with its id
+    env = f"+env={env_cfg['name']}" if env_cfg.get("name") else f"+env=verifiers env.id={env_cfg.get('id')}"
+    model = f"model.source=pretrained model.path={shlex.quote(str(checkpoint))}"
+    return f"python -m grpo {env} {language_override(languages)} stages=[eval] {model}"
+
+
 def run_stages(
     settings: GrpoConfig, run_dir: str | Path | None = None, resume: ResumePlan | None = None
 ) -> float | None:
@@ -148,7 +164,7 @@ def run_stages(
             elif stage == "eval" and results.train is not None and results.train.sharded:
                 print(
                     "eval: skipped after ZeRO-3 / FSDP training (each process holds a shard): evaluate the "
-                    f"checkpoint in one process, python -m grpo stages=[eval] model.path={results.train.checkpoint_dir}"
+                    f"checkpoint in one process, {_checkpoint_eval_command(settings, results.train.checkpoint_dir)}"
                 )
             elif stage == "eval":
                 _eval_stage(run)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -140,8 +141,11 @@ def test_fsdp2_and_ddp_stop_and_resume_to_the_same_curve_and_weights(tmp_path):
     for config, tracking in (("cpu_ddp", "tracking=mlflow"), ("cpu_fsdp2", "tracking=none")):
         root = tmp_path / config
         root.mkdir()
+        # FSDP2: the evaluation after training is skipped with the command that does it in one process
+        stages = "stages=[train,eval]" if config == "cpu_fsdp2" else "stages=[train]"
+        overrides = [o for o in MULTI_TURN if not o.startswith("stages=")]
         first = _accelerate(
-            root, config, *MULTI_TURN, tracking, "trainer.max_steps=2", "trainer.save_steps=1"
+            root, config, *overrides, stages, tracking, "trainer.max_steps=2", "trainer.save_steps=1"
         )
         assert first.returncode == 0, first.stderr[-4000:]
         (run_dir,) = _runs(root)  # one run dir for both ranks
@@ -159,6 +163,14 @@ def test_fsdp2_and_ddp_stop_and_resume_to_the_same_curve_and_weights(tmp_path):
     fsdp_first, fsdp_dir, fsdp_resumed, fsdp_sum = sides["cpu_fsdp2"]
     assert "FSDP2 over 2 CPU processes" in fsdp_first.stdout and "FSDP2" not in ddp_first.stdout
     assert (fsdp_dir / "checkpoints" / "checkpoint-2" / "pytorch_model_fsdp.bin").is_file()  # sharded state
+    (command,) = re.findall(r"evaluate the checkpoint in one process, (python -m grpo .*)", fsdp_first.stdout)
+    assert f"model.path={fsdp_dir / 'checkpoints' / 'checkpoint-2'}" in command
+    argv = [sys.executable, *shlex.split(command)[1:], "eval.num_examples=2", "tracking=none"]
+    evaluated = subprocess.run(
+        argv, capture_output=True, text=True, env=_env(tmp_path), cwd=tmp_path, timeout=TIMEOUT_S
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "--- Evaluation (eval) ---" in evaluated.stdout
     assert not (ddp_dir / "checkpoints" / "checkpoint-2" / "pytorch_model_fsdp.bin").exists()
     client = MlflowClient(f"sqlite:///{tmp_path / 'cpu_ddp' / 'mlflow.db'}")
     run_id = json.loads((ddp_dir / "mlflow_run.json").read_text())["run_id"]

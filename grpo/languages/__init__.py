@@ -16,7 +16,15 @@ from grpo.languages.collation import collate_equal, collation_key, sort_key, sor
 from grpo.languages.consistency import language_consistency, strip_uncounted
 from grpo.languages.mix import language_counts, language_shares, sample_languages
 from grpo.languages.names import Name, NameSource, draw_names, name_source, sort_name_texts
-from grpo.languages.spec import MIX, LanguageSpec, as_spec, available_languages, get_spec, spec_from_config
+from grpo.languages.spec import (
+    MIX,
+    LanguageSpec,
+    as_spec,
+    available_languages,
+    get_spec,
+    language_override,
+    spec_from_config,
+)
 
 __all__ = [
     "MIX",
@@ -29,6 +37,7 @@ __all__ = [
     "collation_key",
     "draw_names",
     "get_spec",
+    "language_override",
     "language_consistency",
     "language_counts",
     "language_shares",

@@ -11,7 +11,7 @@ fastText import here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -179,3 +179,10 @@ def _check_mix(mix: dict[str, float], fail: Any) -> None:
             raise fail(f"mix.{member}", f"weight {weight} must be a number >= 0")
     if sum(mix.values()) <= 0:
         raise fail("mix", "at least one language needs a weight > 0")
+
+
+def language_override(languages: Sequence[str]) -> str:
+    """The language= override(s) of a command line that runs in `languages`."""
+    if len(languages) == 1:
+        return f"language={languages[0]}"
+    return f"language=mix 'language.members=[{','.join(languages)}]'"

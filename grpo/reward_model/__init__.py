@@ -22,6 +22,7 @@ from pathlib import Path
 
 from grpo.config import LanguageConfig
 from grpo.errors import UserError
+from grpo.languages.spec import language_override
 from grpo.run.layout import RM_CALIBRATION_FILE, RM_META_FILE
 
 
@@ -70,13 +71,6 @@ def scored_languages(path: str | os.PathLike[str], field: str, normalization: st
             f"({type(ex).__name__}: {ex}); train it again"
         ) from None
     return [lang for lang in trained if calibration.covers(lang, normalization)]
-
-
-def language_override(languages: Sequence[str]) -> str:
-    """The language= override(s) that run in `languages`."""
-    if len(languages) == 1:
-        return f"language={languages[0]}"
-    return f"language=mix 'language.members=[{','.join(languages)}]'"
 
 
 def language_mismatch(field: str, path: object, scored: Sequence[str], wanted: Sequence[str]) -> str | None:

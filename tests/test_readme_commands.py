@@ -45,6 +45,7 @@ GPU = re.compile(r"model=qwen3_0_6b|generation=vllm")
 # not run here, and why
 NOT_HERE = {
     "pip install": "an install (.ci/run does the set-up)",
+    "python -m venv": "the set-up's new environment (.ci/run makes one)",
     "mlflow ui": "a long-running server (tests/test_tracking.py runs a real one)",
     "vllm serve": "a GPU server",
     "transformers serve": "a server (tests/test_openai_endpoint.py runs a real one)",

@@ -55,6 +55,10 @@ class Arm:
     note: str = ""
     # validation curves of a GRPO arm: metric name -> [(step, value)]
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    # the share of truncated rollouts (cut by a token limit): "all" and each language
+    truncated: dict[str, float] = field(default_factory=dict)
+    # reward against training seconds on the held-out rows (WallClockCurve): language -> [(s, reward)]
+    clock: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
 def paired(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], keep: Sequence[bool] | None = None):
@@ -86,6 +90,58 @@ def recorder() -> Any:
                     self.curves.setdefault(k, []).append((int(step), float(v)))
 
     return Recorder()
+
+
+def wall_clock_curve(bench: Bench, interval_s: float, rows: Sequence[Any], rollouts: int) -> Any:
+    """A TrainerCallback that scores the model being trained on `rows` x `rollouts` (the rubric, the
+    evaluation's sampling) at the start and every `interval_s` seconds of training, and at its end.
+    Its clock counts training only (the scoring pauses it), and the scoring runs on a forked RNG, so
+    the arm trains exactly as it would without the curve. `.points`: language ("all" too) ->
+    [(training seconds, mean reward)]; `.seconds()`: the training seconds so far."""
+    import torch
+    from transformers import TrainerCallback
+
+    from grpo.evaluation.evaluator import evaluate_rows
+    from grpo.generation import make_backend
+
+    class WallClockCurve(TrainerCallback):
+        def __init__(self) -> None:
+            self.points: dict[str, list[tuple[float, float]]] = {}
+            self.trained = 0.0
+            self.since = 0.0
+            self.next_at = 0.0
+
+        def seconds(self) -> float:
+            return self.trained + (time.perf_counter() - self.since if self.since else 0.0)
+
+        def _score(self, model: Any, tokenizer: Any) -> None:
+            self.trained, self.since = self.seconds(), 0.0  # the clock stops while scoring
+            was_training = model.training
+            model.eval()
+            with torch.random.fork_rng():
+                backend = make_backend(bench.settings.generation, model, tokenizer, bench.settings.model)
+                result = evaluate_rows(
+                    bench.settings, bench.env, rows, rollouts, backend, None, label="curve"
+                )
+            model.train(was_training)
+            for code, stats in {"all": {"mean": result.mean}, **result.per_language}.items():
+                self.points.setdefault(code, []).append((self.trained, float(stats["mean"])))
+            self.next_at = self.trained + interval_s
+            self.since = time.perf_counter()
+
+        def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+            self._score(model, processing_class)
+
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            if self.seconds() >= self.next_at:
+                self._score(model, processing_class)
+
+        def on_train_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            if self.since and time.perf_counter() - self.since > 1.0:
+                self._score(model, processing_class)
+            self.trained, self.since = self.seconds(), 0.0
+
+    return WallClockCurve()
 
 
 class Bench:
@@ -129,7 +185,8 @@ class Bench:
             raise RuntimeError(
                 f"{label}: {len(result.rewards)} examples scored, expected {len(self.languages)}"
             )
-        arm = Arm(label, result.rewards, seconds, note, **extra)
+        truncated = {"all": result.truncated, **{c: s["truncated"] for c, s in result.per_language.items()}}
+        arm = Arm(label, result.rewards, seconds, note, truncated=truncated, **extra)
         self.arms[label] = arm
         print(f"[bench] {label}: mean {result.mean:.4f} ({seconds:.0f} s)", flush=True)
         return arm
@@ -174,8 +231,11 @@ class Bench:
             name="sft", source="pretrained", path=str(self.sft_path), seed=self.settings.model.seed
         )
 
-    def grpo(self, label: str, seed: int, settings: Any = None, rewards: Any = None) -> Arm:
-        """GRPO from the SFT checkpoint with trainer.seed=`seed` (and `settings` / `rewards` when given)."""
+    def grpo(
+        self, label: str, seed: int, settings: Any = None, rewards: Any = None, curve: Any = None
+    ) -> Arm:
+        """GRPO from the SFT checkpoint with trainer.seed=`seed` (and `settings` / `rewards` when
+        given). With `curve` (wall_clock_curve), the arm's seconds are its training seconds."""
         from grpo.models import load_policy
         from grpo.train.trainer import train
 
@@ -187,15 +247,19 @@ class Bench:
         tracker = recorder()
         start = time.perf_counter()
         trained = train(run, self.env, self.out / label, model=model, tokenizer=tokenizer, rewards=rewards,
-                        tracker=tracker)  # fmt: skip
-        seconds = time.perf_counter() - start
-        note = f"{trained.global_step} steps, seed {seed}"
+                        tracker=tracker, callbacks=[curve] if curve else ())  # fmt: skip
+        seconds = curve.seconds() if curve else time.perf_counter() - start
+        note = f"{trained.global_step} steps, seed {seed}, {seconds / max(trained.global_step, 1):.2f} s/step"
         if trained.best is not None:
             note += f", best validation checkpoint (step {trained.best.global_step})"
-        return self.score(label, trained.model, trained.tokenizer, seconds, note, curves=tracker.curves)
+        clock = curve.points if curve else {}
+        return self.score(
+            label, trained.model, trained.tokenizer, seconds, note, curves=tracker.curves, clock=clock
+        )
 
-    def more_sft(self, seconds: float) -> Arm:
-        """SFT continued from the SFT checkpoint for `seconds` of training (at the SFT's speed)."""
+    def more_sft(self, seconds: float, curve: Any = None) -> Arm:
+        """SFT continued from the SFT checkpoint for `seconds` of training (at the SFT's speed). With
+        `curve` (wall_clock_curve), the arm's seconds are its training seconds."""
         from grpo.models import load_policy
         from grpo.sft.train import train_sft
 
@@ -207,9 +271,12 @@ class Bench:
         )
         model, tokenizer = load_policy(self.sft_model())
         start = time.perf_counter()
-        result = train_sft(more, self.env, self.out / "more_sft", model=model, tokenizer=tokenizer)
-        took = time.perf_counter() - start
-        return self.score("more_sft", result.model, result.tokenizer, took, f"{steps} more SFT steps")
+        result = train_sft(more, self.env, self.out / "more_sft", model=model, tokenizer=tokenizer,
+                           callbacks=[curve] if curve else ())  # fmt: skip
+        took = curve.seconds() if curve else time.perf_counter() - start
+        note = f"{steps} more SFT steps, {took / steps:.2f} s/step"
+        clock = curve.points if curve else {}
+        return self.score("more_sft", result.model, result.tokenizer, took, note, clock=clock)
 
     # ---- the report ------------------------------------------------------------------------
 

@@ -321,8 +321,11 @@ class TrainerConfig:
     top_p: float = 1.0
     # tokens of the whole completion: every model turn AND the environment turns between them
     max_completion_length: int = 1024
-    # completions cut at max_completion_length (no EOS) get no gradient (DAPO overlong masking)
-    mask_truncated_completions: bool = False
+    # truncated completions get no gradient (TRL's DAPO overlong masking): those whose last model turn
+    # was cut by a token limit (it does not end with EOS). Their reward still counts in their group's
+    # mean and std. Without it a rubric that reads the answer block and ignores what follows rewards a
+    # cut, junk-filled completion like an ended one, and GRPO reinforces the junk (README: answers that end)
+    mask_truncated_completions: bool = True
     # optimizer steps between metric logs / between checkpoints (a final checkpoint is always written)
     logging_steps: int = 1
     save_steps: int = 50
@@ -349,6 +352,21 @@ class TrainerConfig:
 
 
 @dataclass
+class DemonstratorConfig:
+    """Who writes the synthesised demonstrations: by default the run's own env (its reference
+    episodes, what the rubric scores 1.0). Set either field and they come from a differently
+    configured env instead, a demonstrator that is wrong in a known way, while GRPO and every
+    evaluation still score with the run's env."""
+
+    # env arguments merged over the run's env for the demonstrations only, e.g. {collation: codepoint}
+    # (on the command line: +sft.demonstrator.env.collation=codepoint; alphabet_sort: names in
+    # code-point order, what Python's sorted() gives, not the language's rule)
+    env: dict[str, Any] = field(default_factory=dict)
+    # the demonstrations' language (a code of conf/language, or mix); null = the run's
+    language: str | None = None
+
+
+@dataclass
 class SftConfig:
     # demonstrations: a JSONL file (or a dir of *.jsonl) of conversations, {"messages": [...],
     # "language": optional} per line; null = synthesised from the run's env (the reference episodes
@@ -356,6 +374,12 @@ class SftConfig:
     data_path: str | None = None
     # demonstrations synthesised from the env: its first n train rows
     num_examples: int = 1000
+    # synthesised demonstrations per language instead (scarce native data): N for every language of
+    # the run (language=mix: each member), or {code: N} (a language left out gets none); the first
+    # train rows of each language are taken. null = num_examples rows in the mix's proportions
+    num_examples_per_language: Any = None
+    # who writes the synthesised demonstrations (DemonstratorConfig); the default is the run's env
+    demonstrator: DemonstratorConfig = field(default_factory=DemonstratorConfig)
     # passes over the demonstrations (ignored when max_steps > 0)
     epochs: float = 1.0
     # optimizer steps; -1 = from epochs

@@ -65,8 +65,12 @@ class Rollout:
     env_mask: list[int]
     # log-prob of each completion token under the sampling distribution; 0.0 for env tokens
     logprobs: list[float]
-    # the completion budget ran out before the episode ended
+    # cut short by a token limit: a model turn stopped at its max_tokens_per_turn or at the completion
+    # budget instead of ending on its own (EOS / a stop token), or the budget ran out before the
+    # environment's last turn
     truncated: bool
+    # model turns that stopped at a token limit instead of ending on their own
+    cut_turns: int = 0
 
     @property
     def messages(self) -> Messages:
@@ -93,6 +97,7 @@ class _Episode:
     logprobs: list[float] = field(default_factory=list)
     model_tokens: int = 0
     turns: int = 0
+    cut_turns: int = 0
     done: bool = False
     truncated: bool = False
 
@@ -100,7 +105,7 @@ class _Episode:
         return list(self.row.prompt) + list(self.completion)
 
     def end(self, truncated: bool = False) -> None:
-        self.done, self.truncated = True, truncated
+        self.done, self.truncated = True, self.truncated or truncated
 
     def to_rollout(self) -> Rollout:
         return Rollout(
@@ -113,6 +118,7 @@ class _Episode:
             env_mask=self.env_mask,
             logprobs=self.logprobs,
             truncated=self.truncated,
+            cut_turns=self.cut_turns,
         )
 
 
@@ -186,9 +192,9 @@ def run_rollouts(
 
     Returns rollouts in row-major order (row 0 rollouts 0..r-1, row 1, ...). `max_completion_tokens`
     bounds each whole completion (model and environment tokens); a model turn gets at most
-    min(sampling.max_tokens_per_turn, budget left) new tokens, and an episode that would continue
-    with no budget left ends with truncated=True. With `sampling.seed` set, the same inputs give
-    the same rollouts.
+    min(sampling.max_tokens_per_turn, budget left) new tokens; a turn cut at that limit makes the
+    rollout truncated, and an episode that would continue with no budget left ends truncated. With
+    `sampling.seed` set, the same inputs give the same rollouts.
 
     `any_rank_active(local)` (lockstep, several processes): called once per turn on every rank, it
     says whether any rank still has an active episode. Turns go on until none has; a rank whose
@@ -287,6 +293,9 @@ def _advance(
     token_level = turns is not None
     episode.completion.append({"role": "assistant", "content": result.text})
     episode.turns += 1
+    if not result.finished:
+        episode.cut_turns += 1
+        episode.truncated = True
     if token_level:
         if len(result.logprobs) != len(result.token_ids):
             raise RuntimeError("the backend returned a logprob count different from its token count")

@@ -68,12 +68,20 @@ def ascii_share(completion: Any = None, **_: Any) -> float:
 
 class ScriptedBackend:
     """A text-level model stand-in: rollout k of example i answers turn t with the row's reference
-    answer when plan[i][k] is True, else with `wrong(reference_text)`."""
+    answer when plan[i][k] is True, else with `wrong(reference_text)`; `cut(row, k)` True: that
+    answer stopped at the token limit (not ended by the model)."""
 
     token_level = False
 
-    def __init__(self, env: Environment, rows: Sequence[Row], plan: Sequence[Sequence[bool]], wrong: Any):
-        self.env, self.rows, self.plan, self.wrong = env, list(rows), plan, wrong
+    def __init__(
+        self,
+        env: Environment,
+        rows: Sequence[Row],
+        plan: Sequence[Sequence[bool]],
+        wrong: Any,
+        cut: Any = None,
+    ):
+        self.env, self.rows, self.plan, self.wrong, self.cut = env, list(rows), plan, wrong, cut
 
     def _row(self, messages: list[dict[str, Any]]) -> Row:
         for row in self.rows:
@@ -92,7 +100,8 @@ class ScriptedBackend:
             turn = sum(1 for m in request.messages if m["role"] == "assistant")
             reference = assistant_turns(self.env.reference_completion(row))[turn]
             text = reference if self.plan[row.id][k] else self.wrong(reference)
-            out.append(GenResult(text=text, num_tokens=len(text.split())))
+            finished = not (self.cut is not None and self.cut(row, k))
+            out.append(GenResult(text=text, num_tokens=len(text.split()), finished=finished))
         return out
 
 
@@ -331,14 +340,15 @@ class TwoLanguageArithmetic(ArithmeticEnv):
 
 def two_language_eval() -> tuple[Any, Any, ScriptedBackend]:
     """4 examples x 2 rollouts of TwoLanguageArithmetic: en rows (0, 2) get 1 of 4 right, sv rows
-    (1, 3) 3 of 4."""
+    (1, 3) 3 of 4; the second rollout of each sv row is cut by the token limit."""
     cfg = load_settings(["+env=arithmetic", "eval.num_examples=4", "eval.rollouts_per_example=2"])
     # language=mix: the env holds the en and sv prompts its rows' references are written in
     env = packaged_env(
         "arithmetic", "mix", _target_="test_evaluation.TwoLanguageArithmetic", num_eval_examples=10
     )
     plan = [[True, False], [True, True], [False, False], [True, False]]
-    return cfg, env, ScriptedBackend(env, env.rows("eval", 4), plan, lambda _: "\\boxed{}")
+    cut = lambda row, k: row.language == "sv" and k == 1  # noqa: E731
+    return cfg, env, ScriptedBackend(env, env.rows("eval", 4), plan, lambda _: "\\boxed{}", cut)
 
 
 def test_per_language_table(tmp_path: Path, capsys) -> None:
@@ -360,8 +370,16 @@ def test_per_language_table(tmp_path: Path, capsys) -> None:
     meta = json.loads((tmp_path / METADATA_FILE).read_text(encoding="utf-8"))
     assert meta["per_language"]["sv"]["mean"] == 0.75
     table = out[out.index("per language") :].splitlines()
-    assert table[2].split() == ["en", "0.2500", f"{math.sqrt(0.25 * 0.75):.4f}", "4"]
-    assert table[3].split() == ["sv", "0.7500", f"{math.sqrt(0.25 * 0.75):.4f}", "4"]
+    assert table[2].split() == ["en", "0.2500", f"{math.sqrt(0.25 * 0.75):.4f}", "4", "0.0%"]
+    assert table[3].split() == ["sv", "0.7500", f"{math.sqrt(0.25 * 0.75):.4f}", "4", "50.0%"]
+    # truncated rollouts: every record says so, overall and per language in the result, metrics,
+    # metadata and the report; a cut answer is scored as it stands
+    assert [r["truncated"] for r in records] == [False, False, False, True] * 2
+    assert result.truncated == 0.25
+    assert (result.per_language["en"]["truncated"], result.per_language["sv"]["truncated"]) == (0.0, 0.5)
+    assert metrics["eval/eval/truncated"] == 0.25 and metrics["eval/eval/lang/sv/truncated"] == 0.5
+    assert meta["truncated"] == 0.25 and meta["per_language"]["sv"]["truncated"] == 0.5
+    assert "truncated: 25.0% of rollouts" in out
 
 
 def test_extra_reward_name_clash_is_user_error(tmp_path: Path) -> None:

@@ -127,9 +127,12 @@ def test_one_batched_generate_call_per_turn_in_row_major_order(policy, cfg, env,
             full = rollout.prompt_ids + rollout.completion_ids
             assert request.prompt_ids == full[: len(request.prompt_ids)]
             assert request.max_new_tokens == 12
+    eos = set(spy.eos_token_ids)
     for r in rollouts:
         assert len(r.completion_ids) == len(r.env_mask) == len(r.logprobs)
-        assert not r.truncated
+        # no completion budget: only turns cut at their own 12-token cap make a rollout truncated
+        cut = sum(1 for mask, ids in runs(r) if mask == 1 and ids[-1] not in eos)
+        assert r.cut_turns == cut and r.truncated == (cut > 0)
 
 
 def test_env_mask_covers_exactly_the_environment_tokens(policy, cfg, env, rows):
@@ -317,9 +320,17 @@ def test_completion_budget_caps_turns_and_ends_truncated(policy, cfg):
         assert [m["role"] for m in r.completion] == ["assistant"]
         assert r.env_mask == [1] * 16
 
-    # no budget: every episode plays all its turns
+    # no budget: every episode plays all its turns; a turn cut at its own 8-token cap (no EOS at its
+    # end) is counted, and makes the rollout truncated although the episode went on
     free = run_rollouts(ping, rows[:2], backend, sampling=Sampling(max_tokens_per_turn=8, seed=0))
-    assert all(r.num_turns == 3 and not r.truncated for r in free)
+    eos = set(backend.eos_token_ids)
+    for r in free:
+        model_turns = [ids for mask, ids in runs(r) if mask == 1]
+        cut = sum(1 for ids in model_turns if ids[-1] not in eos)
+        assert r.num_turns == 3 and len(model_turns) == 3
+        assert all(len(ids) <= 8 for ids in model_turns)
+        assert r.cut_turns == cut and r.truncated == (cut > 0)
+    assert any(r.cut_turns for r in free), "a random model should run some turn to its cap"
 
 
 def test_seeded_sampling_is_reproducible_and_leaves_the_global_rng_alone(policy, cfg, env, rows):

@@ -156,6 +156,98 @@ def test_env_demonstrations_are_the_reference_episodes_of_the_train_rows_in_thei
         assert env.rubric.total(env.score(row, demo.completion)) == pytest.approx(1.0)
 
 
+def test_a_codepoint_demonstrator_writes_the_wrong_zh_order_and_the_rubric_knows_it(capsys):
+    """+sft.demonstrator.env.collation=codepoint: the demonstrations come from the env in plain
+    code-point order; the run's env (pinyin) still scores. A zh row whose two orders differ: the
+    demonstration has the code-point order, the rubric scores it below 1 and the reference 1.0."""
+    from grpo.sft.data import demonstration_env
+
+    settings = load_settings(
+        [
+            "+env=alphabet_sort",
+            "language=zh",
+            "env.max_turns=1",
+            "stages=[sft]",
+            "+sft.demonstrator.env.collation=codepoint",
+        ]  # fmt: skip
+    )
+    check(settings)
+    from grpo.envs import build_env
+
+    env = build_env(settings.env, settings.language)
+    demonstrator, differs = demonstration_env(settings, env)
+    assert differs == "env.collation=codepoint" and demonstrator is not env
+    demos = load_demonstrations(settings, demonstrator)
+    rows = env.rows("train", len(demos))
+    wrong = 0
+    for demo, row in zip(demos, rows, strict=True):
+        names = row.info["turn_names"][0]
+        pinyin = row.info["ground_truths"][0]
+        assert demo.prompt == row.prompt  # the same rows: only the answer differs
+        (answer,) = [m["content"] for m in demo.completion if m["role"] == "assistant"]
+        assert answer.splitlines()[1:-1] == sorted(names)  # Python's order, not the language's
+        reference = env.rubric.total(env.score(row, env.reference_completion(row)))
+        assert reference == pytest.approx(1.0)
+        if sorted(names) != pinyin:
+            wrong += 1
+            assert env.rubric.total(env.score(row, demo.completion)) < 1.0
+    assert wrong >= len(demos) // 2, "code-point order differs from pinyin in most zh rows"
+    # the default demonstrator is the run's env itself
+    assert demonstration_env(load_settings(["+env=alphabet_sort"]), env) == (env, None)
+
+
+MIX3 = ["+env=alphabet_sort", "language=mix", "language.members=[en,sv,zh]", "env.num_train_examples=60"]
+
+
+def test_n_demonstrations_per_language_of_a_mix():
+    from grpo.envs import build_env
+
+    settings = load_settings([*MIX3, "stages=[sft]", "sft.num_examples_per_language=7"])
+    check(settings)
+    env = build_env(settings.env, settings.language)
+    demos = load_demonstrations(settings, env)
+    counts = {code: sum(d.language == code for d in demos) for code in ("en", "sv", "zh")}
+    assert counts == {"en": 7, "sv": 7, "zh": 7} and len(demos) == 21
+    # the first rows of each language, in row order
+    for code in counts:
+        firsts = [row.id for row in env.rows("train") if row.language == code][:7]
+        assert [d.row.id for d in demos if d.language == code] == firsts
+    # a mapping: the listed languages get theirs, the others none (said in one line)
+    mapped = load_settings([*MIX3, "sft.num_examples_per_language={zh:3,sv:1}"])
+    demos = load_demonstrations(mapped, env)
+    assert sorted(d.language for d in demos) == ["sv", "zh", "zh", "zh"]
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("sft.num_examples_per_language=-1", "sft.num_examples_per_language=-1: expected a count >= 0"),
+        ("sft.num_examples_per_language={fr:3}", "fr is not a language of the demonstrations (en, sv)"),
+        ("sft.num_examples_per_language={sv:0}", "no demonstration in any language"),
+        ("sft.demonstrator.language=xx", "sft.demonstrator.language: "),
+    ],
+)
+def test_bad_demonstration_settings_are_one_line(override, message):
+    settings = load_settings(
+        ["+env=alphabet_sort", "language=mix", "language.members=[en,sv]", "stages=[sft]", override]
+    )
+    with pytest.raises(UserError) as err:
+        check(settings)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_unknown_demonstrator_env_argument_names_the_setting():
+    from grpo.envs import build_env
+    from grpo.sft.data import demonstration_env
+
+    settings = load_settings(
+        ["+env=alphabet_sort", "stages=[sft]", "+sft.demonstrator.env.colation=codepoint"]
+    )
+    check(settings)
+    with pytest.raises(UserError, match=r"^sft\.demonstrator: env\.colation"):
+        demonstration_env(settings, build_env(settings.env, settings.language))
+
+
 # ---- replay through the rollout engine -----------------------------------------------------------
 
 

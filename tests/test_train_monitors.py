@@ -14,7 +14,16 @@ from grpo.envs.base import Row
 from grpo.languages.spec import spec_from_config
 from grpo.rewards.consistency import language_monitor
 from grpo.rollout import Rollout
-from grpo.train.monitors import batch_monitors, repeated_ngrams, repetition, tokens_per_turn, words
+from grpo.train.monitors import (
+    TRUNCATION_CLIMB,
+    TruncationWatch,
+    batch_monitors,
+    repeated_ngrams,
+    repetition,
+    tokens_per_turn,
+    truncated_shares,
+    words,
+)
 from grpo.train.progress import zero_signal_hint
 from grpo.train.trainer import build_trainer
 
@@ -29,8 +38,8 @@ def user(text):
     return {"role": "user", "content": text}
 
 
-def rollout(completion, env_mask=(), language="en", row=None, info=None):
-    """A scripted rollout: only what the monitors read is real (row, completion, env mask)."""
+def rollout(completion, env_mask=(), language="en", row=None, info=None, truncated=False):
+    """A scripted rollout: only what the monitors read is real (row, completion, env mask, cut)."""
     row = row or Row(id=0, prompt=[user("q")], info=dict(info or {}, language=language), language=language)
     return Rollout(
         row=row,
@@ -41,7 +50,8 @@ def rollout(completion, env_mask=(), language="en", row=None, info=None):
         completion_ids=[7] * len(env_mask),
         env_mask=list(env_mask),
         logprobs=[0.0] * len(env_mask),
-        truncated=False,
+        truncated=truncated,
+        cut_turns=int(truncated),
     )
 
 
@@ -155,12 +165,59 @@ def test_each_monitor_per_language_when_the_batch_has_several():
     assert monitors == {
         "monitor/tokens_per_turn": 14 / 3,
         "monitor/repetition": pytest.approx((0.25 + 0.25 + 0.0) / 3),
+        "monitor/truncated": 0.0,
         "monitor/tokens_per_turn/en": 6.0,
         "monitor/repetition/en": 0.25,
+        "monitor/truncated/en": 0.0,
         "monitor/tokens_per_turn/sv": 2.0,
         "monitor/repetition/sv": 0.0,
+        "monitor/truncated/sv": 0.0,
     }
     assert not any("/en" in k for k in batch_monitors(en))  # one language: no breakdown
+
+
+ANSWER = "<alphabetical_sorted>\nAda\nBob\n</alphabetical_sorted>"
+
+
+def test_truncated_is_the_share_of_completions_cut_by_a_token_limit_per_language():
+    ended = rollout([assistant(ANSWER)], env_mask=[1] * 9, language="en")
+    # the answer, then junk to the token budget: the rubric reads the block, the monitor sees the cut
+    junk = rollout([assistant(ANSWER + " zz <alphabetical_sorted> zz zz")], env_mask=[1] * 16, truncated=True)
+    cut_in_block = rollout(
+        [assistant("<alphabetical_sorted>\nAda\nB")], [1] * 16, language="zh", truncated=True
+    )
+    ended_zh = rollout([assistant(ANSWER)], env_mask=[1] * 9, language="zh")
+    monitors = batch_monitors([ended, junk, cut_in_block, ended_zh])
+    assert monitors["monitor/truncated"] == 0.5
+    assert (monitors["monitor/truncated/en"], monitors["monitor/truncated/zh"]) == (0.5, 0.5)
+    assert batch_monitors([ended, ended_zh])["monitor/truncated"] == 0.0
+    assert truncated_shares({**monitors, "monitor/truncated_x": 1.0, "reward": 0.3}, "monitor/truncated") == {
+        "all": 0.5,
+        "en": 0.5,
+        "zh": 0.5,
+    }
+
+
+def test_a_climb_of_truncated_rollouts_is_one_warning_line_per_language_once():
+    settings = load_settings(["+env=alphabet_sort", "generation.max_tokens_per_turn=80"])
+    watch = TruncationWatch("[train]", settings)
+    assert watch.update({"all": 0.0, "en": 0.0, "zh": 0.0}, 10) is None  # the first measurement
+    assert watch.update({"all": 0.1, "en": 0.0, "zh": TRUNCATION_CLIMB - 0.01}, 20) is None
+    line = watch.update({"all": 0.3, "en": 0.05, "zh": 0.6}, 30)
+    assert line is not None and "\n" not in line
+    assert line.startswith(
+        "[train] warning: truncated rollouts climbing (all 0% at step 10 -> 30% at step 30, "
+    )
+    assert "zh 0% at step 10 -> 60% at step 30" in line and "en " not in line
+    assert "generation.max_tokens_per_turn=80" in line
+    # the default masks cut completions already: the advice says what else to look at
+    assert settings.trainer.mask_truncated_completions and "cut completions get no gradient" in line
+    assert watch.update({"all": 0.9, "en": 0.1, "zh": 1.0}, 40) is None  # said once per language
+    assert "en 0% at step 10 -> 50% at step 50" in watch.update({"en": 0.5}, 50)
+    unmasked = load_settings(["+env=alphabet_sort", "trainer.mask_truncated_completions=false"])
+    line = TruncationWatch("[val]", unmasked)
+    line.update({"all": 0.0}, 20)
+    assert "trainer.mask_truncated_completions=true keeps" in line.update({"all": 0.5}, 40)
 
 
 def test_a_raising_answer_check_costs_the_metric_not_the_run():
@@ -210,6 +267,8 @@ def test_monitors_reach_the_step_log_and_the_zero_signal_hint_prints_once(tmp_pa
     failures = [not env.has_answer(r.row, r.completion) for r in rollouts]
     assert last["monitor/format_failure"] == pytest.approx(sum(failures) / len(failures)) == 1.0
     assert "monitor/repetition" in last and "monitor/wrong_language" not in last  # English run
+    cut = [r.truncated for r in rollouts]
+    assert last["monitor/truncated"] == pytest.approx(sum(cut) / len(cut))
     assert all(log["frac_reward_zero_std"] == 1.0 for log in logs.logs)
     assert out.count("hint: every group") == 1 and zero_signal_hint(1) in out
     assert "stages=[sft,eval,train,eval]" in zero_signal_hint(1)
@@ -245,3 +304,24 @@ def test_the_progress_line_keeps_each_function_and_one_short_language_part():
         "by language en 0.12 ja 0.50",  # the first function's, sorted by code
     ]
     assert reward_parts({"rewards/f/mean": 0.5}) == ["f 0.5000"]
+
+
+@pytest.mark.parametrize("mask", [True, False])
+def test_completions_cut_by_the_token_limit_get_no_gradient_by_default(tmp_path, mask):
+    """A random model never ends within 4 tokens: every completion of the step is truncated. With
+    trainer.mask_truncated_completions (the default) the step leaves every weight as it was; without,
+    the same step (char_target's dense reward: non-zero advantages) changes them."""
+    import torch
+
+    assert load_settings(["+env=char_target"]).trainer.mask_truncated_completions is True
+    overrides = ["+env=char_target", *SMALL, "trainer.max_steps=1", "trainer.max_completion_length=4",
+                 "generation.max_tokens_per_turn=4", f"trainer.mask_truncated_completions={mask}"]  # fmt: skip
+    cfg = load_settings(overrides)
+    bundle = build_trainer(cfg, build_env(cfg.env, cfg.language), tmp_path)
+    model = bundle.trainer.model
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    bundle.trainer.train()
+    rollouts = bundle.rollout.last_rollouts
+    assert rollouts and all(r.truncated and r.cut_turns == 1 for r in rollouts)
+    changed = [name for name, p in model.named_parameters() if not torch.equal(before[name], p.detach())]
+    assert bool(changed) == (not mask), changed[:3]

@@ -571,12 +571,31 @@ def _reward_model_training(rm: RewardModelConfig) -> None:
         _fail(f"reward_model.training.warmup={tr.warmup} must be >= 0")
 
 
+def _demonstrations(s: GrpoConfig) -> None:
+    """sft.demonstrator's language is one of conf/language, and sft.num_examples_per_language counts
+    demonstrations in the demonstrations' languages (the env's arguments are checked when it is built)."""
+    from grpo.languages.mix import language_shares
+    from grpo.languages.spec import get_spec, spec_from_config
+    from grpo.sft.data import language_quota
+
+    d = s.sft.demonstrator
+    if not isinstance(d.env, dict) or "_target_" in d.env:
+        _fail("sft.demonstrator.env: a mapping of the run env's arguments, e.g. {collation: codepoint}")
+    try:
+        spec = spec_from_config(s.language) if d.language is None else get_spec(str(d.language))
+    except UserError as ex:
+        raise UserError(f"sft.demonstrator.language: {ex}") from None
+    language_quota(s.sft.num_examples_per_language, list(language_shares(spec)))
+
+
 def _sft(s: GrpoConfig) -> None:
     f = s.sft
     if f.data_path is not None and not Path(f.data_path).expanduser().exists():
         _fail(f"sft.data_path={f.data_path}: no such file or directory")
     if f.data_path is None and f.num_examples < 1:
         _fail(f"sft.num_examples={f.num_examples} must be >= 1 (demonstrations from the env's train rows)")
+    if f.data_path is None:
+        _demonstrations(s)
     if f.lr <= 0:
         _fail(f"sft.lr={f.lr} must be > 0")
     if f.max_steps < 1 and f.epochs <= 0:

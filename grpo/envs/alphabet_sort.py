@@ -22,6 +22,9 @@ Names, order and prompts follow the row's language (grpo.languages):
   family name, the others by given name; either way that name leads the full name, so the order is
   the collation of the whole name. The prompt says which name and which order, in the language.
 - A row never holds two names that collate equal, so its expected order is unique.
+- `collation=codepoint` sorts every language by plain code point instead (Python's sorted(), the order
+  an English-centric tool gives): the demonstrator of sft.demonstrator.env that is wrong in zh, ja
+  and fr, while the run's env keeps the language's rule.
 Tags and `// new name!` are format tokens, the same in every language. The prompt texts are the
 `prompts.<code>` blocks of conf/env/alphabet_sort.yaml (keys: PROMPTS).
 """
@@ -52,6 +55,10 @@ COMBINED_TAG = "combined_alphabetical_sorted"
 # env.sort_by: null = the name the language writes first (0.1.5: FIRST in English, the family name
 # in zh ja ko); first / last = the given / family name (0.1.6 on); random = first or last per row
 SORT_BY = (None, "first", "last", "random")
+# env.collation: null = the language's own order (conf/language: sort_key, icu_locale); codepoint =
+# plain code-point order of the names, whatever the language (Python's sorted(): what an
+# English-centric tool gives; e.g. a demonstrator's order, sft.demonstrator.env)
+COLLATIONS = (None, "codepoint")
 # draws of a row's names before giving up on distinct given / family names (sort_by set)
 MAX_REDRAWS = 1000
 # marks a name introduced in the current turn (turn 2 on); a format token, never translated
@@ -171,6 +178,7 @@ class AlphabetSortEnv(Environment):
         power_per_turn: bool = True,
         sort_by: str | None = None,
         random_template_count: bool = False,
+        collation: str | None = None,
         names_source: str | None = None,
         seed: int = 0,
         num_train_examples: int = 1000,
@@ -201,6 +209,11 @@ class AlphabetSortEnv(Environment):
             )
         self.sort_by = sort_by
         self.random_template_count = bool_arg("random_template_count", random_template_count)
+        if collation not in COLLATIONS:
+            raise UserError(
+                f"env.collation: expected null (the language's order) or codepoint, got {collation!r}"
+            )
+        self.collation = collation
         needed = self.max_turns * self.max_names_per_turn
         # a names file is read once, whatever the number of languages (language=mix)
         pool = load_names(names_source) if isinstance(names_source, str) and names_source.strip() else None
@@ -228,8 +241,9 @@ class AlphabetSortEnv(Environment):
         spec = self._language(language)
         return [n.text for n in self._sorted(self._as_names(names, spec), spec, by)]
 
-    @staticmethod
-    def _sorted(names: Sequence[Name], spec: LanguageSpec, by: str | None) -> list[Name]:
+    def _sorted(self, names: Sequence[Name], spec: LanguageSpec, by: str | None) -> list[Name]:
+        if self.collation == "codepoint":
+            return sorted(names, key=lambda n: n.text if by is None else name_part(n, spec, by).text)
         if by is None:
             return collation_sorted(names, spec)
         key = sort_key(spec)

@@ -30,6 +30,9 @@ def format_report(result: EvalResult, header: dict[str, Any], show_examples: boo
     lines.append(
         f"reward: mean {result.mean:.4f} ± {result.std:.4f}  ({result.n} examples x {result.r} rollouts)"
     )
+    lines.append(
+        f"truncated: {result.truncated:.1%} of rollouts (cut by a token limit, not ended by the model)"
+    )
     width = max(len(name) for name in [*result.per_function, *result.scores])
     for name, value in result.per_function.items():
         weight = result.weights.get(name)
@@ -45,13 +48,14 @@ def format_report(result: EvalResult, header: dict[str, Any], show_examples: boo
         scores = list(result.scores)
         lines.append("per language:")
         lines.append(
-            f"  {'lang':<6} {'mean':>7} {'std':>7} {'rollouts':>8}" + "".join(f" {n:>12}" for n in scores)
+            f"  {'lang':<6} {'mean':>7} {'std':>7} {'rollouts':>8} {'truncated':>9}"
+            + "".join(f" {n:>12}" for n in scores)
         )
         for code, stats in result.per_language.items():
             cells = [result.scores[n]["per_language"].get(code, math.nan) for n in scores]
             lines.append(
                 f"  {code:<6} {stats['mean']:>7.4f} {stats['std']:>7.4f} {int(stats['count']):>8}"
-                + "".join(f" {v:>12.4f}" for v in cells)
+                f" {stats.get('truncated', 0.0):>9.1%}" + "".join(f" {v:>12.4f}" for v in cells)
             )
     if result.pass_at_k:
         lines.append("pass@k: " + "  ".join(f"pass@{k}={v:.4f}" for k, v in result.pass_at_k.items()))
@@ -118,6 +122,7 @@ def eval_metadata(
         "per_function": result.per_function,
         "per_function_std": result.per_function_std,
         "reward_errors": result.errors,
+        "truncated": result.truncated,
         "per_language": result.per_language,
         "pass_at_k": result.pass_at_k,
         "scores": result.scores,

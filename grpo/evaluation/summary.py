@@ -53,7 +53,7 @@ class EvalResult:
     # reward function name -> mean / std of its score over all n*r rollouts
     per_function: dict[str, float]
     per_function_std: dict[str, float]
-    # language code -> {"mean", "std", "count" (rollouts), "examples"}
+    # language code -> {"mean", "std", "count" (rollouts), "examples", "truncated" (share of rollouts)}
     per_language: dict[str, dict[str, float]]
     # {k: pass@k} for k = 1..r, or None when some reward function is not binary
     pass_at_k: dict[int, float] | None
@@ -75,20 +75,23 @@ class EvalResult:
     task: str = ""
     # reward function name -> rollouts whose score raised (scored 0); only functions that raised
     errors: dict[str, int] = field(default_factory=dict)
+    # the share of rollouts cut short by a token limit (grpo.rollout.Rollout.truncated)
+    truncated: float = 0.0
 
     def to_metrics(self, prefix: str = "") -> dict[str, float]:
         """Flat metric names (MLflow-safe: no '@'), e.g. mean, std, func/<name>, func/<name>/std,
-        func/<name>/errors (only for a function that raised), lang/<code>/mean, pass_at_<k>,
+        func/<name>/errors (only for a function that raised), truncated, lang/<code>/mean|std|count|
+        truncated, pass_at_<k>,
         score/<name>/mean|std, score/<name>/lang/<code>; `prefix` is prepended to every name. The
         evaluation's constants are `to_tags`: as metrics they would lead the UI's charts."""
-        m: dict[str, float] = {"mean": self.mean, "std": self.std}
+        m: dict[str, float] = {"mean": self.mean, "std": self.std, "truncated": self.truncated}
         for name, value in self.per_function.items():
             m[f"func/{name}"] = value
             m[f"func/{name}/std"] = self.per_function_std[name]
         for name, count in self.errors.items():
             m[f"func/{name}/errors"] = count
         for code, stats in self.per_language.items():
-            for key in ("mean", "std", "count"):
+            for key in ("mean", "std", "count", "truncated"):
                 m[f"lang/{code}/{key}"] = float(stats[key])
         for k, value in (self.pass_at_k or {}).items():
             m[f"pass_at_{k}"] = value
@@ -138,9 +141,12 @@ def summarize(
 
     by_language: dict[str, list[float]] = {}
     examples_by_language: dict[str, set[Any]] = {}
+    cut_by_language: dict[str, int] = {}
     for rec in records:
-        by_language.setdefault(rec["language"], []).append(float(rec["reward"]))
-        examples_by_language.setdefault(rec["language"], set()).add(rec["example_id"])
+        code = rec["language"]
+        by_language.setdefault(code, []).append(float(rec["reward"]))
+        examples_by_language.setdefault(code, set()).add(rec["example_id"])
+        cut_by_language[code] = cut_by_language.get(code, 0) + bool(rec.get("truncated"))
     per_language = {}
     for code, values in by_language.items():
         m, s = mean_std(values)
@@ -149,6 +155,7 @@ def summarize(
             "std": s,
             "count": len(values),
             "examples": len(examples_by_language[code]),
+            "truncated": cut_by_language[code] / len(values),
         }
 
     scores = {}
@@ -191,6 +198,7 @@ def summarize(
         weights={f.name: f.weight for f in rubric.funcs},
         example_ids=[records[i]["example_id"] for i in range(0, len(records), r)],
         scores=scores,
+        truncated=sum(bool(rec.get("truncated")) for rec in records) / len(records),
     )
 
 

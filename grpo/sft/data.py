@@ -1,9 +1,12 @@
 """Demonstrations for the sft stage: what the model should answer, turn by turn.
 
 Two sources, chosen by sft.data_path:
-- null: the run's environment. Its first sft.num_examples train rows, each with the env's reference
+- null: the run's environment. Its first sft.num_examples train rows (or, with
+  sft.num_examples_per_language, the first N rows of each language), each with the env's reference
   episode (`reference_completion`: the ground-truth assistant turns with the environment's own
-  turns between them). Under language=mix every row is in its own language.
+  turns between them). Under language=mix every row is in its own language. sft.demonstrator makes
+  another configuration of the env the demonstrator (e.g. alphabet_sort in code-point order): its
+  reference episodes are imitated, while GRPO and the evaluation score with the run's env.
 - a JSONL file, or a directory of *.jsonl files: one conversation per line,
   `{"messages": [{"role": ..., "content": ...}, ...], "language": "sv"}` (language optional, a
   code of conf/language). The messages before the first assistant message are the prompt; every
@@ -21,13 +24,14 @@ are reported together in one UserError line with their file and line numbers
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grpo.config import GrpoConfig
 from grpo.envs.base import Environment, Messages, Row
+from grpo.errors import UserError
 from grpo.files import UNKNOWN_LANGUAGE, read_rows
 
 FIELD = "sft.data_path"
@@ -58,16 +62,52 @@ class Demonstration:
 
 # ---- from the environment -----------------------------------------------------------------------
 
+PER_LANGUAGE = "sft.num_examples_per_language"
+DEMONSTRATOR = "sft.demonstrator"
 
-def env_demonstrations(env: Environment, n: int) -> list[Demonstration]:
-    """The reference episodes of the env's first `n` train rows."""
-    rows = env.rows("train", n)
-    if len(rows) < n:
-        print(
-            f"[sft] note: sft.num_examples={n} but {env.name}'s train split has {len(rows)} rows "
-            "(env.num_train_examples); using all of them",
-            file=sys.stderr,
-        )
+
+def language_quota(value: Any, languages: Sequence[str]) -> dict[str, int] | None:
+    """sft.num_examples_per_language as {code: N} over `languages` (the demonstrations' languages),
+    None when unset. An int gives every language N; a mapping gives the listed ones theirs and the
+    others none. UserError on anything else (a code not among `languages`, a negative count)."""
+    if value is None:
+        return None
+
+    def count(code: str, n: Any) -> int:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise UserError(f"{PER_LANGUAGE}{'.' + code if code else ''}={n!r}: expected a count >= 0")
+        return n
+
+    if isinstance(value, Mapping):
+        unknown = [str(code) for code in value if code not in languages]
+        if unknown:
+            raise UserError(
+                f"{PER_LANGUAGE}: {', '.join(unknown)} is not a language of the demonstrations "
+                f"({', '.join(languages)})"
+            )
+        quota = {code: count(code, value.get(code, 0)) for code in languages}
+    else:
+        quota = dict.fromkeys(languages, count("", value))
+    if not any(quota.values()):
+        raise UserError(f"{PER_LANGUAGE}={value!r}: no demonstration in any language")
+    return quota
+
+
+def env_demonstrations(
+    env: Environment, n: int, quota: Mapping[str, int] | None = None
+) -> list[Demonstration]:
+    """The reference episodes of the env's first `n` train rows; with `quota` ({code: N}), of the
+    first N train rows of each language instead (scarce demonstrations per language)."""
+    if quota is None:
+        rows = env.rows("train", n)
+        if len(rows) < n:
+            print(
+                f"[sft] note: sft.num_examples={n} but {env.name}'s train split has {len(rows)} rows "
+                "(env.num_train_examples); using all of them",
+                file=sys.stderr,
+            )
+    else:
+        rows = _rows_per_language(env, quota)
     return [
         Demonstration(
             prompt=list(row.prompt),
@@ -78,6 +118,55 @@ def env_demonstrations(env: Environment, n: int) -> list[Demonstration]:
         )
         for row in rows
     ]
+
+
+def _rows_per_language(env: Environment, quota: Mapping[str, int]) -> list[Row]:
+    """The first quota[code] train rows of each language, in row order; one note line when the
+    split holds fewer rows of a language, one for the languages that get none."""
+    # a prefix of the split is enough (rows(split, n) is a prefix of rows(split)): grown until every
+    # quota is met, so a large split is not built whole for a few rows of each language
+    n = 2 * sum(quota.values())
+    while True:
+        prefix = env.rows("train", n)
+        left, rows = dict(quota), []
+        for row in prefix:
+            if left.get(row.language, 0) > 0:
+                rows.append(row)
+                left[row.language] -= 1
+        if not any(left.values()) or len(prefix) < n:
+            break
+        n *= 2
+    short = {code: quota[code] - n for code, n in left.items() if n > 0}
+    if short:
+        got = ", ".join(f"{code} {short[code]} of {quota[code]}" for code in short)
+        print(
+            f"[sft] note: {env.name}'s train split has too few rows for {PER_LANGUAGE} ({got}); raise "
+            "env.num_train_examples for more",
+            file=sys.stderr,
+        )
+    none = [code for code, n in quota.items() if n == 0]
+    if none:
+        print(f"[sft] note: no demonstrations in {', '.join(none)} ({PER_LANGUAGE})", file=sys.stderr)
+    return rows
+
+
+def demonstration_env(settings: GrpoConfig, env: Environment) -> tuple[Environment, str | None]:
+    """The env whose reference episodes are the demonstrations, and what differs from the run's
+    env (None: it is the run's env). sft.demonstrator's env arguments are merged over the run's env
+    config and its language replaces the run's; GRPO and the evaluation keep the run's env."""
+    d = settings.sft.demonstrator
+    if not d.env and d.language is None:
+        return env, None
+    from grpo.envs import build_env
+
+    config = {**dict(settings.env or {}), **dict(d.env)}
+    try:
+        demonstrator = build_env(config, settings.language if d.language is None else d.language)
+    except UserError as ex:
+        raise UserError(f"{DEMONSTRATOR}: {ex}") from None
+    differs = [f"env.{key}={value}" for key, value in d.env.items()]
+    differs += [f"language={d.language}"] if d.language is not None else []
+    return demonstrator, ", ".join(differs)
 
 
 # ---- from JSONL conversations -------------------------------------------------------------------
@@ -150,7 +239,11 @@ def load_conversations(path: str | Path, languages: Sequence[str] | None = None)
 
 
 def load_demonstrations(settings: GrpoConfig, env: Environment) -> list[Demonstration]:
-    """The stage's demonstrations: sft.data_path's conversations, else the env's reference episodes."""
-    if settings.sft.data_path:
-        return load_conversations(settings.sft.data_path)
-    return env_demonstrations(env, settings.sft.num_examples)
+    """The stage's demonstrations: sft.data_path's conversations, else the reference episodes of
+    `env` (the demonstrator's, see `demonstration_env`), sft.num_examples of them or
+    sft.num_examples_per_language per language."""
+    f = settings.sft
+    if f.data_path:
+        return load_conversations(f.data_path)
+    codes = [spec.code for spec in env.language_specs()]
+    return env_demonstrations(env, f.num_examples, language_quota(f.num_examples_per_language, codes))

@@ -50,7 +50,7 @@ from grpo.files import replace_dir, write_json_atomic
 from grpo.run.distributed import print_main
 from grpo.run.layout import SFT_META_FILE, RunLayout
 from grpo.sft import METRIC_PREFIX
-from grpo.sft.data import Demonstration, load_demonstrations
+from grpo.sft.data import Demonstration, demonstration_env, load_demonstrations
 from grpo.sft.replay import Example, build_examples
 from grpo.tracking.base import NullTracker, Tracker, best_effort
 from grpo.trl_support import (
@@ -232,6 +232,9 @@ def train_sft(
     sft_checkpoints/."""
     start = time.perf_counter()
     tracker = tracker or NullTracker()
+    differs = None
+    if not settings.sft.data_path:
+        env, differs = demonstration_env(settings, env)  # the demonstrator: the run's env unless set
     demos = load_demonstrations(settings, env)  # every data error surfaces here, before any model
     if model is None or tokenizer is None:
         from grpo.models import load_policy
@@ -240,7 +243,13 @@ def train_sft(
     examples = prepare_examples(settings, env, demos, model, tokenizer)
     out = Path(out_dir).resolve()
     partial = out.with_name(out.name + PARTIAL_SUFFIX)
-    print_main(f"[sft] {_header(settings, env, examples)}", flush=True)  # rank 0 only
+    print_main(f"[sft] {_header(settings, env, examples, demos)}", flush=True)  # rank 0 only
+    if differs:
+        print_main(
+            f"[sft] the demonstrations come from another configuration than the rubric's ({differs}): SFT "
+            "imitates that demonstrator, while GRPO and every evaluation score with the run's env",
+            flush=True,
+        )
     try:
         with _quiet_progress_bars():
             checkpoints = RunLayout(out.parent).stage_checkpoints("sft")
@@ -260,8 +269,8 @@ def train_sft(
         meta = {
             "global_step": step,
             "num_examples": len(examples),
-            "data": settings.sft.data_path
-            or f"env {env.name}: its first {settings.sft.num_examples} train rows",
+            "data": settings.sft.data_path or _source(settings, env),
+            "demonstrator": differs,
             "base_model": settings.model.path or settings.model.name,
             "lora": settings.sft.lora,
             "max_length": settings.sft.max_length,
@@ -332,11 +341,18 @@ def _quiet_progress_bars() -> Iterator[None]:
             transformers_logging.enable_progress_bar()
 
 
-def _header(settings: GrpoConfig, env: Environment, examples: Sequence[Example]) -> str:
+def _header(
+    settings: GrpoConfig, env: Environment, examples: Sequence[Example], demos: Sequence[Demonstration]
+) -> str:
     f = settings.sft
     tokens = sum(len(e.input_ids) for e in examples)
     trained = sum(sum(e.assistant_mask) for e in examples)
     source = f.data_path or f"env {env.name} reference episodes"
+    if not f.data_path and f.num_examples_per_language is not None:
+        counts: dict[str, int] = {}
+        for d in demos:
+            counts[d.language] = counts.get(d.language, 0) + 1
+        source += ": " + ", ".join(f"{code} {n}" for code, n in sorted(counts.items()))
     length = f"{f.max_steps} steps" if f.max_steps > 0 else f"{f.epochs:g} epoch(s)"
     return (
         f"{len(examples)} demonstrations ({source}) | {tokens} tokens, {trained} of them trained | {length} "
@@ -344,6 +360,14 @@ def _header(settings: GrpoConfig, env: Environment, examples: Sequence[Example])
         f"{' (padding-free)' if f.padding_free else ''} | lr {f.lr:g} | "
         f"{'LoRA (merged)' if f.lora else 'full'} | model {settings.model.name}"
     )
+
+
+def _source(settings: GrpoConfig, env: Environment) -> str:
+    """Where synthesised demonstrations came from (sft_meta.json's `data`)."""
+    f = settings.sft
+    if f.num_examples_per_language is not None:
+        return f"env {env.name}: the first train rows of each language, {f.num_examples_per_language} per language"
+    return f"env {env.name}: its first {f.num_examples} train rows"
 
 
 def _last_metrics(history: Sequence[dict[str, Any]]) -> dict[str, float]:

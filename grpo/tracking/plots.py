@@ -140,10 +140,12 @@ def by_language(names: Sequence[str], prefix: str, suffix: str = "/mean") -> dic
     return dict(sorted(out.items()))
 
 
-def plot_rewards_by_language(panels: Mapping[str, Mapping[str, Curve]], path: Path, title: str = "") -> Path:
-    """One panel per language, one line per reward function over global steps; a learned reward
-    model's normalised score (RM_REWARD) on its own right-hand axis, so where it and the rubric
-    part (reward hacking) shows at a glance."""
+def plot_rewards_by_language(
+    panels: Mapping[str, Mapping[str, Curve]], path: Path, title: str = "", xlabel: str = "global step"
+) -> Path:
+    """One panel per language, one line per reward function (or arm) over global steps (or what
+    `xlabel` says the x values are); a learned reward model's normalised score (RM_REWARD) on its
+    own right-hand axis, so where it and the rubric part (reward hacking) shows at a glance."""
     plt = _pyplot()
     languages = [lang for lang, curves in panels.items() if any(curves.values())]
     cols = min(3, len(languages))
@@ -164,7 +166,7 @@ def plot_rewards_by_language(panels: Mapping[str, Mapping[str, Curve]], path: Pa
             else:
                 ax.plot(steps, values, label=name)
         ax.set_title(language)
-        ax.set_xlabel("global step")
+        ax.set_xlabel(xlabel)
         ax.xaxis.set_major_locator(_integer_ticks())
         ax.grid(alpha=0.3)
         handles, labels = ax.get_legend_handles_labels()

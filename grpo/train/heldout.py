@@ -12,11 +12,12 @@ log and checkpoint, inside torch.random.fork_rng: training samples exactly as it
 
 Per validation:
 - metrics at step N through `log_metrics` (the run's tracker): val/reward, val/reward_std,
-  val/func/<fn>, val/lang/<code>/mean|std|count, val/pass_at_<k>, val/score/<name>/... (a learned
-  RM's unclipped score), val/seconds;
+  val/func/<fn>, val/truncated, val/lang/<code>/mean|std|count|truncated, val/pass_at_<k>,
+  val/score/<name>/... (a learned RM's unclipped score), val/seconds;
 - results.jsonl and metadata.json under <run_dir>/val/step_<N>/, as the evaluator writes them (what
   the policy wrote at step N, for a later look);
-- one printed line: `[val] step N | reward X | <fn> X ... | <lang> X ...`.
+- one printed line: `[val] step N | reward X | <fn> X ... | <lang> X ...`, and a warning line when
+  the share of truncated rollouts climbs (grpo/train/monitors.py, TruncationWatch).
 
 keep_best: a validation reward above every earlier one (ties keep the earlier) is recorded in
 transformers' own best-model state (state.best_metric, state.best_global_step) and a checkpoint of
@@ -50,6 +51,7 @@ from grpo.envs.base import Environment, Row
 from grpo.envs.rubric import RewardFunc
 from grpo.run.checkpoints import CHECKPOINT_PREFIX, write_best_marker
 from grpo.run.layout import RunLayout
+from grpo.train.monitors import TruncationWatch
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +119,7 @@ class HeldoutEvaluation(TrainerCallback):
         # global step -> validation reward, for the validations of this process
         self.rewards: dict[int, float] = {}
         self._warned = False
+        self.truncation = TruncationWatch("[val]", settings)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # a resumed run whose best checkpoint is in the run it resumed: record it here too
@@ -138,6 +141,12 @@ class HeldoutEvaluation(TrainerCallback):
             control.should_save = True
         if state.is_world_process_zero:
             print(heldout_line(state.global_step, result, better), flush=True)
+            shares = {"all": result.truncated}
+            if len(result.per_language) > 1:
+                shares.update({code: s["truncated"] for code, s in result.per_language.items()})
+            warning = self.truncation.update(shares, state.global_step)
+            if warning:
+                print(warning, flush=True)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not self.keep_best or not state.best_global_step:

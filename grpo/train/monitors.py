@@ -9,6 +9,9 @@ From the rollouts of one generation batch (one per optimizer step), `batch_monit
     monitor/format_failure   the share of completions without an answer the rubric can parse
                              (`Environment.has_answer` is False); left out for environments that
                              do not say (has_answer returns None)
+    monitor/truncated        the share of completions cut short by a token limit (a model turn stopped
+                             at generation.max_tokens_per_turn or trainer.max_completion_length
+                             instead of ending on its own): a policy that stops ending its answers
     monitor/wrong_language   non-English runs: the share of completions whose language-consistency
                              score (grpo.languages.consistency) is below WRONG_LANGUAGE_BELOW, among
                              those with words to judge (names, format tokens and the env's answer
@@ -42,6 +45,7 @@ SHORT_NAMES = {
     "tokens_per_turn": "tok/turn",
     "repetition": "rep",
     "format_failure": "no-answer",
+    "truncated": "cut",
     "wrong_language": "wrong-lang",
 }
 
@@ -118,6 +122,7 @@ def batch_monitors(
             "tokens_per_turn": tokens_per_turn([rollouts[i] for i in index]),
             "repetition": mean(repetitions[i] for i in index),
             "format_failure": share(no_answer[i] for i in index),
+            "truncated": share(bool(getattr(rollouts[i], "truncated", False)) for i in index),
             "wrong_language": share(wrong[i] for i in index),
         }
         out.update({f"{PREFIX}{name}{suffix}": v for name, v in values.items() if v is not None})
@@ -150,3 +155,60 @@ def compact(logs: dict[str, Any]) -> list[str]:
         if isinstance(value, (int, float)):
             parts.append(f"{label} {value:.3g}")
     return parts
+
+
+# a truncated share this far above its first measurement in the run is a climb worth a warning
+TRUNCATION_CLIMB = 0.2
+
+
+class TruncationWatch:
+    """Says when the share of truncated rollouts climbs: a language (or the whole batch, "all")
+    whose share is at least TRUNCATION_CLIMB above its first measurement in this run, once per
+    language, in one line per measurement. A policy that stops ending its answers (junk after the
+    answer, to the token budget) shows here long before the reward says so."""
+
+    def __init__(self, source: str, settings: Any):
+        # "[train]" / "[val]"; the run's settings say which limits cut and whether cut completions
+        # are already out of the loss
+        t = settings.trainer
+        self.source = source
+        self.limits = (
+            f"generation.max_tokens_per_turn={settings.generation.max_tokens_per_turn} / "
+            f"trainer.max_completion_length={t.max_completion_length}"
+        )
+        self.advice = (
+            "cut completions get no gradient (trainer.mask_truncated_completions), so look at what follows "
+            "the answer in the completions table; a lower lr or a KL anchor (trainer.beta) slows the drift"
+            if t.mask_truncated_completions
+            else "trainer.mask_truncated_completions=true keeps cut completions out of the loss"
+        )
+        self.first: dict[str, tuple[int, float]] = {}
+        self.warned: set[str] = set()
+
+    def update(self, shares: dict[str, float], step: int) -> str | None:
+        """`shares`: language code (or "all") -> truncated share at `step`; the warning line, or None."""
+        climbed = []
+        for code, value in shares.items():
+            start = self.first.setdefault(code, (step, value))
+            if code not in self.warned and start[0] != step and value >= start[1] + TRUNCATION_CLIMB:
+                self.warned.add(code)
+                climbed.append(f"{code} {start[1]:.0%} at step {start[0]} -> {value:.0%} at step {step}")
+        if not climbed:
+            return None
+        return (
+            f"{self.source} warning: truncated rollouts climbing ({', '.join(climbed)}; cut at {self.limits}): "
+            f"the policy is no longer ending its answers; {self.advice}"
+        )
+
+
+def truncated_shares(metrics: dict[str, Any], name: str) -> dict[str, float]:
+    """{"all" or language code: share} from metrics named `name` and `name`/<code>."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if key == name:
+            out["all"] = float(value)
+        elif key.startswith(name + "/") and "/" not in key[len(name) + 1 :]:
+            out[key[len(name) + 1 :]] = float(value)
+    return out

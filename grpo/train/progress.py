@@ -1,4 +1,5 @@
-"""What GRPO training prints: a header, one compact line per logging step, the zero-signal hint.
+"""What GRPO training prints: a header, one compact line per logging step, the zero-signal hint,
+and a warning line when the share of truncated completions climbs (grpo/train/monitors.py).
 
     [train] env alphabet_sort | model tiny | 40 steps x 1 micro-batch(es) of 16 completions ...
     [train] step 4/40 | reward 0.2100 | lcs_ratio 0.2100 | kl 0.0012 | loss 0.01 | len 31 | 1.90 s/step, eta 0:01:08
@@ -17,7 +18,7 @@ from typing import Any
 
 from grpo.config import GrpoConfig
 from grpo.run.distributed import world_size
-from grpo.train.monitors import compact
+from grpo.train.monitors import PREFIX, TruncationWatch, compact, truncated_shares
 from grpo.trl_support import speed_and_eta
 
 
@@ -39,6 +40,7 @@ def progress_printer(
             self.start_step = 0
             self.last: dict[str, float] = {}
             self.hinted = False
+            self.truncation = TruncationWatch("[train]", settings)
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.start, self.start_step = time.perf_counter(), state.global_step
@@ -64,6 +66,9 @@ def progress_printer(
             if done:
                 parts.append(speed_and_eta(elapsed, done, state.global_step, state.max_steps))
             print("[train] " + " | ".join(parts), flush=True)
+            warning = self.truncation.update(truncated_shares(logs, f"{PREFIX}truncated"), state.global_step)
+            if warning:
+                print(warning, flush=True)
             zero_std = logs.get("frac_reward_zero_std")
             if not self.hinted and isinstance(zero_std, (int, float)) and zero_std >= 1.0:
                 failing = [name for name, (scored, raised) in windows.items() if scored and raised == scored]

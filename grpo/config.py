@@ -323,9 +323,14 @@ class TrainerConfig:
     max_completion_length: int = 1024
     # truncated completions get no gradient (TRL's DAPO overlong masking): those whose last model turn
     # was cut by a token limit (it does not end with EOS). Their reward still counts in their group's
-    # mean and std. Without it a rubric that reads the answer block and ignores what follows rewards a
-    # cut, junk-filled completion like an ended one, and GRPO reinforces the junk (README: answers that end)
+    # mean and std (see truncated_reward)
     mask_truncated_completions: bool = True
+    # the training reward of a truncated completion (a model turn cut by a token limit, Rollout.truncated),
+    # from every reward function: 0 = an answer the model did not end earns nothing, so the completions
+    # that end get the advantage and EOS is rewarded; null = scored as it stands (a rubric that reads
+    # the answer block and ignores what follows then pays a cut, junk-filled completion like an ended
+    # one, and GRPO teaches the policy to stop ending its answers). Evaluation scores as the env does
+    truncated_reward: float | None = 0.0
     # optimizer steps between metric logs / between checkpoints (a final checkpoint is always written)
     logging_steps: int = 1
     save_steps: int = 50

@@ -24,7 +24,7 @@ from grpo.train.monitors import (
     truncated_shares,
     words,
 )
-from grpo.train.progress import zero_signal_hint
+from grpo.train.progress import truncation_hint, zero_signal_hint
 from grpo.train.trainer import build_trainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -270,9 +270,21 @@ def test_monitors_reach_the_step_log_and_the_zero_signal_hint_prints_once(tmp_pa
     cut = [r.truncated for r in rollouts]
     assert last["monitor/truncated"] == pytest.approx(sum(cut) / len(cut))
     assert all(log["frac_reward_zero_std"] == 1.0 for log in logs.logs)
+    assert "| no-answer 1 |" in out  # the compact per-step line
+    # at step 1 every completion ran into a token limit: each earned trainer.truncated_reward (0),
+    # and the hint, once, says so rather than blaming the rubric
+    assert logs.logs[0]["monitor/truncated"] == 1.0
+    assert out.count("hint: ") == 1 and truncation_hint(1, cfg) in out
+    assert "generation.max_tokens_per_turn=16" in truncation_hint(1, cfg)
+
+    # scored as they stand, the groups are still flat (no tags, no reward): the model is the cause
+    scored = load_settings(
+        ["+env=alphabet_sort", *SMALL, "trainer.max_completion_length=48", "trainer.truncated_reward=null"]
+    )
+    build_trainer(scored, env, tmp_path / "scored").trainer.train()
+    out = capsys.readouterr().out
     assert out.count("hint: every group") == 1 and zero_signal_hint(1) in out
     assert "stages=[sft,eval,train,eval]" in zero_signal_hint(1)
-    assert "| no-answer 1 |" in out  # the compact per-step line
 
 
 def test_no_hint_while_groups_differ(tmp_path, capsys):
@@ -306,22 +318,68 @@ def test_the_progress_line_keeps_each_function_and_one_short_language_part():
     assert reward_parts({"rewards/f/mean": 0.5}) == ["f 0.5000"]
 
 
-@pytest.mark.parametrize("mask", [True, False])
-def test_completions_cut_by_the_token_limit_get_no_gradient_by_default(tmp_path, mask):
-    """A random model never ends within 4 tokens: every completion of the step is truncated. With
-    trainer.mask_truncated_completions (the default) the step leaves every weight as it was; without,
-    the same step (char_target's dense reward: non-zero advantages) changes them."""
+@pytest.mark.parametrize(
+    ("overrides", "changes", "rewarded"),
+    [
+        ([], False, False),  # the defaults: no gradient from a cut completion, and it earns 0
+        (["trainer.mask_truncated_completions=false", "trainer.truncated_reward=null"], True, True),
+        (["trainer.truncated_reward=null"], False, True),
+    ],
+)
+def test_completions_cut_by_the_token_limit_earn_nothing_and_get_no_gradient_by_default(
+    tmp_path, overrides, changes, rewarded
+):
+    """A random model never ends within 4 tokens: every completion of the step is truncated.
+    char_target's reward is dense, so scored as they stand the completions differ. By default
+    (trainer.truncated_reward=0, trainer.mask_truncated_completions=true) each earns 0 in training
+    and the step leaves every weight as it was; scored as they stand and unmasked, the same step
+    changes the weights; masked, it does not."""
     import torch
 
-    assert load_settings(["+env=char_target"]).trainer.mask_truncated_completions is True
-    overrides = ["+env=char_target", *SMALL, "trainer.max_steps=1", "trainer.max_completion_length=4",
-                 "generation.max_tokens_per_turn=4", f"trainer.mask_truncated_completions={mask}"]  # fmt: skip
-    cfg = load_settings(overrides)
-    bundle = build_trainer(cfg, build_env(cfg.env, cfg.language), tmp_path)
+    defaults = load_settings(["+env=char_target"]).trainer
+    assert (defaults.mask_truncated_completions, defaults.truncated_reward) == (True, 0.0)
+    cfg = load_settings(["+env=char_target", *SMALL, "trainer.max_steps=1", "trainer.max_completion_length=4",
+                         "generation.max_tokens_per_turn=4", *overrides])  # fmt: skip
+    env = build_env(cfg.env, cfg.language)
+    logs = Logs()
+    bundle = build_trainer(cfg, env, tmp_path, callbacks=[logs])
     model = bundle.trainer.model
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     bundle.trainer.train()
     rollouts = bundle.rollout.last_rollouts
     assert rollouts and all(r.truncated and r.cut_turns == 1 for r in rollouts)
+    # what the env's rubric gives them as they stand (what evaluation reports)
+    scores = [env.rubric.total(env.score(r.row, r.completion, r.state)) for r in rollouts]
+    assert len(set(scores)) > 1
+    assert (logs.logs[0]["reward"] > 0) == rewarded
+    if rewarded:
+        assert logs.logs[0]["reward"] == pytest.approx(sum(scores) / len(scores), rel=1e-4)
     changed = [name for name, p in model.named_parameters() if not torch.equal(before[name], p.detach())]
-    assert bool(changed) == (not mask), changed[:3]
+    assert bool(changed) == changes, changed[:3]
+
+
+def test_the_truncated_reward_replaces_the_score_of_every_reward_function():
+    from grpo.envs.rubric import COMPLETION_FIELD, TRUNCATED_FIELD, RewardFunc
+    from grpo.rewards.rubric import rubric_reward_funcs
+
+    def length(completion=None, **_):
+        return min(1.0, len(completion[-1]["content"]) / 10)
+
+    def not_for_b(completion=None, **_):
+        return None if completion[-1]["content"].startswith("b") else 1.0
+
+    def batched(prompts, completions, **kwargs):
+        return [0.5] * len(prompts)
+
+    batched.trl_batched = True
+    funcs = [RewardFunc("length", length), RewardFunc("not_for_b", not_for_b), RewardFunc("rm", batched, 0.0)]
+    episodes = [[assistant("aaaa")], [assistant("bbbbbbbb")], [assistant("aaaaaaaaaaaa")]]
+    fields = {COMPLETION_FIELD: episodes, TRUNCATED_FIELD: [False, True, True]}
+    prompts, completions = ["p"] * 3, ["c"] * 3
+    (size, other, rm), _ = rubric_reward_funcs(funcs, truncated_reward=0.0)
+    assert size(prompts, completions, **fields) == [0.4, 0.0, 0.0]
+    assert other(prompts, completions, **fields) == [1.0, None, 0.0]  # None: the function does not apply
+    assert rm(prompts, completions, **fields) == [0.5, 0.0, 0.0] and rm.__name__ == "batched"
+    (size, other, rm), _ = rubric_reward_funcs(funcs, truncated_reward=None)
+    assert size(prompts, completions, **fields) == [0.4, 0.8, 1.0]
+    assert rm is batched

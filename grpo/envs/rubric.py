@@ -54,6 +54,8 @@ INFO_FIELD = "row_info"  # the row's ground truth
 LANGUAGE_FIELD = "language"  # the row's language (also a column of the training dataset)
 # training only: the tokens the model generated in the episode (grpo/train/rollout_func.py)
 MODEL_TOKENS_FIELD = "rollout_model_tokens"
+# training only: a model turn was cut by a token limit (Rollout.truncated; trainer.truncated_reward)
+TRUNCATED_FIELD = "rollout_truncated"
 # results.jsonl keys that are not reward functions; a reward function may not take one of these names
 RESERVED_KEYS = (
     "example_id",

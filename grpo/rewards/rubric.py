@@ -38,6 +38,7 @@ from grpo.envs.rubric import (
     LANGUAGE_FIELD,
     MODEL_TOKENS_FIELD,
     STATE_FIELD,
+    TRUNCATED_FIELD,
     RewardErrors,
     RewardFunc,
     Rubric,
@@ -46,12 +47,31 @@ from grpo.envs.rubric import (
 from grpo.tracking.completions import EPISODE_COLUMN, LANGUAGE_COLUMN, MODEL_TOKENS_COLUMN
 
 
-class RubricReward:
-    """A TRL reward function wrapping one rubric function."""
+def score_truncated(
+    rewards: list[float | None], kwargs: dict[str, Any], value: float | None
+) -> list[float | None]:
+    """`rewards` with every truncated completion's score replaced by `value` (trainer.truncated_reward;
+    None leaves them as they are). A score of None (the function does not apply) stays None."""
+    flags = kwargs.get(TRUNCATED_FIELD)
+    if value is None or not flags:
+        return rewards
+    return [value if cut and r is not None else r for r, cut in zip(rewards, flags, strict=True)]
 
-    def __init__(self, func: RewardFunc, errors: RewardErrors | None = None, table_columns: bool = False):
+
+class RubricReward:
+    """A TRL reward function wrapping one rubric function; a truncated completion scores
+    `truncated_reward` (trainer.truncated_reward) when it is not None."""
+
+    def __init__(
+        self,
+        func: RewardFunc,
+        errors: RewardErrors | None = None,
+        table_columns: bool = False,
+        truncated_reward: float | None = None,
+    ):
         self.func = func
         self.table_columns = table_columns
+        self.truncated_reward = truncated_reward
         self.__name__ = func.name  # TRL's metric name (trl.trainer.utils.get_callable_name)
         self.errors = errors if errors is not None else RewardErrors()
         # completions scored and completions whose score raised, since the last take_window()
@@ -95,6 +115,7 @@ class RubricReward:
             rewards.append(value)
         self._window[0] += len(rewards)
         self._window[1] += raised
+        rewards = score_truncated(rewards, kwargs, self.truncated_reward)
         log_metric = kwargs.get("log_metric")
         if log_metric is not None:
             log_metric(f"rewards/{self.func.name}/errors", float(raised))
@@ -127,16 +148,36 @@ def _as_messages(completion: Any) -> list[dict[str, Any]]:
     return [{"role": "assistant", "content": completion if isinstance(completion, str) else ""}]
 
 
-def rubric_reward_funcs(funcs: Sequence[RewardFunc]) -> tuple[list[Any], list[float]]:
+class TruncatedScore:
+    """A batched TRL reward function (a learned reward model) whose truncated completions score
+    `value` (trainer.truncated_reward); its other attributes are the wrapped function's."""
+
+    def __init__(self, fn: Any, value: float):
+        self.fn, self.value = fn, value
+        self.__name__ = fn.__name__
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fn, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:
+        return score_truncated(list(self.fn(*args, **kwargs)), kwargs, self.value)
+
+
+def rubric_reward_funcs(
+    funcs: Sequence[RewardFunc], truncated_reward: float | None = None
+) -> tuple[list[Any], list[float]]:
     """TRL reward functions and their weights for rubric functions (a Rubric: names are unique).
     A function that is already a batched TRL reward function (`fn.trl_batched`, e.g. a learned
-    reward model) is passed through as is."""
+    reward model) is passed through as is. `truncated_reward` (not None): what every function
+    scores a truncated completion (trainer.truncated_reward)."""
     rubric = Rubric(list(funcs))
     adapters: list[Any] = []
     for f in rubric.funcs:
         if getattr(f.fn, "trl_batched", False):
-            adapters.append(f.fn)
+            adapters.append(f.fn if truncated_reward is None else TruncatedScore(f.fn, truncated_reward))
         else:
             first = not any(isinstance(a, RubricReward) for a in adapters)
-            adapters.append(RubricReward(f, rubric.errors, table_columns=first))
+            adapters.append(
+                RubricReward(f, rubric.errors, table_columns=first, truncated_reward=truncated_reward)
+            )
     return adapters, [float(f.weight) for f in rubric.funcs]

@@ -38,6 +38,7 @@ import math
 import os
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -349,9 +350,7 @@ def _header(
     trained = sum(sum(e.assistant_mask) for e in examples)
     source = f.data_path or f"env {env.name} reference episodes"
     if not f.data_path and f.num_examples_per_language is not None:
-        counts: dict[str, int] = {}
-        for d in demos:
-            counts[d.language] = counts.get(d.language, 0) + 1
+        counts = Counter(d.language for d in demos)
         source += ": " + ", ".join(f"{code} {n}" for code, n in sorted(counts.items()))
     length = f"{f.max_steps} steps" if f.max_steps > 0 else f"{f.epochs:g} epoch(s)"
     return (

@@ -72,8 +72,13 @@ def progress_printer(
             zero_std = logs.get("frac_reward_zero_std")
             if not self.hinted and isinstance(zero_std, (int, float)) and zero_std >= 1.0:
                 failing = [name for name, (scored, raised) in windows.items() if scored and raised == scored]
-                hint = reward_error_hint if failing else zero_signal_hint
-                print(hint(state.global_step, *failing), flush=True)
+                if failing:
+                    line = reward_error_hint(state.global_step, *failing)
+                elif logs.get(f"{PREFIX}truncated") == 1.0 and settings.trainer.truncated_reward is not None:
+                    line = truncation_hint(state.global_step, settings)
+                else:
+                    line = zero_signal_hint(state.global_step)
+                print(line, flush=True)
                 self.hinted = True
 
     return ProgressPrinter()
@@ -110,6 +115,19 @@ def zero_signal_hint(step: int) -> str:
         "model that never produces a scorable answer); warm the model up first with "
         "stages=[sft,eval,train,eval] (supervised fine-tuning on the env's reference answers; the CPU "
         "recipe for alphabet_sort: +experiment=alphabet_sort_cpu), or use a stronger model / an easier env"
+    )
+
+
+def truncation_hint(step: int, settings: GrpoConfig) -> str:
+    """The zero-signal hint when every completion of the step was cut by a token limit: each earned
+    trainer.truncated_reward, so the groups are flat because of the limits, not the rubric."""
+    t = settings.trainer
+    return (
+        f"hint: GRPO has no signal at step {step} because every completion was cut by a token limit "
+        f"(generation.max_tokens_per_turn={settings.generation.max_tokens_per_turn}, "
+        f"trainer.max_completion_length={t.max_completion_length}) and a truncated completion earns "
+        f"trainer.truncated_reward={t.truncated_reward:g}: raise the limits so answers can end (a thinking "
+        "model needs room for its thoughts), or warm the model up to end its answers"
     )
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from grpo.config import GenerationConfig, ModelConfig
-from grpo.envs.rubric import MODEL_TOKENS_FIELD, reward_fields
+from grpo.envs.rubric import MODEL_TOKENS_FIELD, TRUNCATED_FIELD, reward_fields
 from grpo.run.distributed import any_rank, world_size
 from grpo.train.monitors import LanguageScore, batch_monitors
 from grpo.trl_support import is_sharded
@@ -222,7 +222,8 @@ def rollout_fields(rollouts: Sequence[Any]) -> dict[str, list[Any]]:
         "env_mask": [list(r.env_mask) for r in rollouts],
         **reward_fields(rollouts),
         "row_id": [r.row.id for r in rollouts],
-        "rollout_truncated": [bool(r.truncated) for r in rollouts],
+        # a model turn cut by a token limit: such a completion scores trainer.truncated_reward
+        TRUNCATED_FIELD: [bool(r.truncated) for r in rollouts],
         # the model's own tokens of the episode (the completions table, grpo/tracking/completions.py)
         MODEL_TOKENS_FIELD: [int(sum(r.env_mask)) for r in rollouts],
     }

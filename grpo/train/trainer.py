@@ -123,7 +123,7 @@ def build_trainer(
 
     if rewards is None:
         rewards = build_rewards(settings, env)
-    reward_funcs, weights = rubric_reward_funcs(rewards.training())
+    reward_funcs, weights = rubric_reward_funcs(rewards.training(), settings.trainer.truncated_reward)
     rows = env.rows("train")
     index = PromptIndex(rows)
     if index.ambiguous:

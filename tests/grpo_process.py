@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from random_model import TRAIN_ON_CUT_COMPLETIONS
+
 # a short GRPO run on char_target with the tiny model: 8 completions per step, 16 tokens each
 CHAR_TARGET_TRAIN = [
     "+env=char_target",
@@ -16,6 +18,7 @@ CHAR_TARGET_TRAIN = [
     "trainer.max_completion_length=16",
     "generation.max_tokens_per_turn=16",
     "optimizer.lr=1e-3",
+    *TRAIN_ON_CUT_COMPLETIONS,
 ]
 
 

@@ -418,4 +418,9 @@ def test_evaluator_mix_on_the_tiny_model(tmp_path, capsys):
     table = out[out.index("per language:") :].splitlines()
     shown = {line.split()[0]: line.split()[1:] for line in table[2:4]}
     for code, stats in meta["per_language"].items():
-        assert shown[code] == [f"{stats['mean']:.4f}", f"{stats['std']:.4f}", str(stats["count"])]
+        assert shown[code] == [
+            f"{stats['mean']:.4f}",
+            f"{stats['std']:.4f}",
+            str(stats["count"]),
+            f"{stats['truncated']:.1%}",
+        ]

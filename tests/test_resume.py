@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from random_model import TRAIN_ON_CUT_COMPLETIONS
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
@@ -47,6 +48,7 @@ RUN = [
     "trainer.save_total_limit=3",
     "optimizer.lr=1e-3",
     "seed=7",
+    *TRAIN_ON_CUT_COMPLETIONS,
 ]
 
 

@@ -10,6 +10,7 @@ import statistics
 
 import pytest
 from mlflow import MlflowClient
+from random_model import TRAIN_ON_CUT_COMPLETIONS
 from transformers import TrainerCallback
 
 from grpo.compose import load_settings
@@ -37,6 +38,7 @@ SMALL_GRPO = [
     "trainer.beta=0",
     "trainer.max_completion_length=24",
     "generation.max_tokens_per_turn=24",
+    *TRAIN_ON_CUT_COMPLETIONS,
 ]
 
 

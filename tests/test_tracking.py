@@ -84,7 +84,7 @@ def _eval_result(out: Path, label: str, scores: list[float]) -> EvalResult:
         std=0.0,
         per_function={"alphabetical": mean},
         per_function_std={"alphabetical": 0.0},
-        per_language={"en": {"mean": mean, "std": 0.0, "count": len(scores)}},
+        per_language={"en": {"mean": mean, "std": 0.0, "count": len(scores), "truncated": 0.0}},
         pass_at_k=None,
         rewards=[[s] for s in scores],
         results_path=out / "results.jsonl",

@@ -10,6 +10,7 @@ import statistics
 
 import pytest
 from mlflow import MlflowClient
+from random_model import TRAIN_ON_CUT_COMPLETIONS
 from test_train_monitors import SMALL
 from transformers import TrainerCallback
 
@@ -79,6 +80,7 @@ def test_training_logs_the_completions_of_each_logging_step(tmp_path):
             "tracking.log_completions=8",  # the whole batch: every row checked
             *SMALL,  # 2 steps of 8 completions, 4 per prompt
             "trainer.max_completion_length=16",
+            *TRAIN_ON_CUT_COMPLETIONS,  # the rows show the rubric's own scores
         ]
     )
     env = build_env(cfg.env, cfg.language)

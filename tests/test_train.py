@@ -13,6 +13,7 @@ import pytest
 import torch
 from env_mask_check import assert_env_mask_follows_the_template
 from packaged_env import packaged_env
+from random_model import TRAIN_ON_CUT_COMPLETIONS
 from transformers import TrainerCallback
 
 from grpo.compose import load_settings
@@ -39,6 +40,7 @@ SMALL = [
     "trainer.beta=0",
     "trainer.max_completion_length=16",
     "generation.max_tokens_per_turn=16",
+    *TRAIN_ON_CUT_COMPLETIONS,
 ]
 
 
@@ -129,8 +131,7 @@ def test_presets_differ_only_where_the_papers_differ():
         "loss_type": "dapo",
         "epsilon_high": 0.28,
         "beta": 0.0,
-        "mask_truncated_completions": True,
-    }
+    }  # DAPO's overlong filtering (mask_truncated_completions) is every preset's default
 
 
 def test_qwen3_recipe():
@@ -195,7 +196,7 @@ def test_multiturn_alphabet_sort_trains_and_masks_environment_tokens(tmp_path):
 
     # token by token on one multi-turn rollout: mask-1 spans are the model's turns, mask-0 spans
     # exactly the text the chat template puts between them (end of turn, user turn, next prompt)
-    rollout = next(r for r in rollouts if r.num_turns >= 2 and not r.truncated)
+    rollout = next(r for r in rollouts if r.num_turns >= 2)
     assert_env_mask_follows_the_template(rollout, bundle.tokenizer, cfg.model.chat_template_kwargs)
 
 

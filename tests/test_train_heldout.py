@@ -12,6 +12,7 @@ import pytest
 import torch
 from mlflow import MlflowClient
 from peft import get_peft_model_state_dict
+from random_model import TRAIN_ON_CUT_COMPLETIONS
 from safetensors.torch import load_file
 
 from grpo.cli.checks import check
@@ -43,6 +44,7 @@ SMALL = [
     "trainer.beta=0",
     "trainer.max_completion_length=12",
     "generation.max_tokens_per_turn=12",
+    *TRAIN_ON_CUT_COMPLETIONS,
     "trainer.val_num_examples=3",
     "trainer.val_rollouts_per_example=2",
     "eval.num_examples=3",

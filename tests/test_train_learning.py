@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
+from random_model import TRAIN_ON_CUT_COMPLETIONS
 
 from grpo.compose import load_settings
 from grpo.envs import build_env
@@ -25,6 +26,7 @@ RUN = [
     "trainer.save_steps=1000",
     "trainer.max_completion_length=16",
     "generation.max_tokens_per_turn=16",
+    *TRAIN_ON_CUT_COMPLETIONS,
 ]
 MARGIN = 0.15
 

@@ -4,6 +4,8 @@ trainer, the monitors reaching TRL's per-step log and the zero-signal hint print
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from packaged_env import packaged_env
 from transformers import TrainerCallback
@@ -380,6 +382,8 @@ def test_the_truncated_reward_replaces_the_score_of_every_reward_function():
     assert size(prompts, completions, **fields) == [0.4, 0.0, 0.0]
     assert other(prompts, completions, **fields) == [1.0, None, 0.0]  # None: the function does not apply
     assert rm(prompts, completions, **fields) == [0.5, 0.0, 0.0] and rm.__name__ == "batched"
+    assert rm.trl_batched is True  # the wrapped function's attributes show through
+    assert copy.deepcopy(rm)(prompts, completions, **fields) == [0.5, 0.0, 0.0]
     (size, other, rm), _ = rubric_reward_funcs(funcs, truncated_reward=None)
     assert size(prompts, completions, **fields) == [0.4, 0.8, 1.0]
     assert rm is batched

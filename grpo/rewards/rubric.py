@@ -157,6 +157,8 @@ class TruncatedScore:
         self.__name__ = fn.__name__
 
     def __getattr__(self, name: str) -> Any:
+        if name == "fn":  # not set yet (copy / unpickle build the object without __init__)
+            raise AttributeError(name)
         return getattr(self.fn, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:

@@ -61,9 +61,19 @@ VLLM_MODES = {"vllm_colocate": "colocate", "vllm_server": "server"}
 TRACKING_BACKENDS = ("mlflow", "none")
 REWARD_MODEL_KINDS = ("rubric", "learned", "ensemble", "learned_only")
 REWARD_MODEL_COMBINES = ("mean", "min", "mean_minus_std")
+# a learned RM's score against the row's reference episode (grpo/rewards/learned.py)
+REWARD_MODEL_REFERENCES = ("cap", "relative", "none")
+# who labels the pairs of a preference round (grpo/reward_model/labelers.py)
+LABELERS = ("rubric", "judge")
 # how a learned RM's raw Bradley-Terry score is normalised (grpo/reward_model/calibration.py)
 REWARD_MODEL_NORMALIZATIONS = ("per_language", "global", "none")
-CORRUPTIONS = ("swap", "drop", "duplicate", "format", "language")
+# corruptions of a reference answer: small edits of a good answer ...
+EDIT_CORRUPTIONS = ("swap", "drop", "duplicate", "format", "language")
+# ... and hard negatives: how a policy's answers break down under optimisation (a fragment repeated to
+# the token budget, an answer cut with its tag left open, the answer in another script, an empty
+# answer, a copy of the prompt), which an RM trained on small edits alone has never seen
+HARD_NEGATIVES = ("repeat", "unclosed", "script", "empty", "copy_prompt")
+CORRUPTIONS = EDIT_CORRUPTIONS + HARD_NEGATIVES
 
 
 # ---- model --------------------------------------------------------------------------------------
@@ -240,6 +250,50 @@ class RewardModelConditioningConfig:
 
 
 @dataclass
+class RewardModelGuardsConfig:
+    # trainer.beta of a run whose GRPO reward holds a learned RM, where trainer.beta is lower (said in
+    # one line): the KL anchor keeps the policy near its start, where the RM's judgments were
+    # learned; null = trainer.beta as set
+    kl_beta: float | None = 0.04
+    # the RM score against the row's reference episode (the env's reference_completion, scored by
+    # the same RM): cap = min(score, reference's) (nothing is gained by scoring above a known-good
+    # answer, which is where RM hacks win) | relative = score - reference's (a per-prompt offset:
+    # under group-scaled advantages it changes nothing, it matters with scale_rewards=batch or when
+    # mixed with rewards scaled elsewhere) | none = the score as is
+    reference: str = "cap"
+
+
+@dataclass
+class JudgeConfig:
+    # an OpenAI-compatible chat endpoint (.../v1) and the model it serves
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "judge"
+    # environment variable holding the API key (none needed when unset)
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = 60.0
+    max_tokens: int = 8
+
+
+@dataclass
+class RewardModelRoundsConfig:
+    # GRPO steps between preference rounds on the policy's own samples (and one before the first
+    # step); 0 = no rounds (the RM stays as trained)
+    every: int = 40
+    # rubric (the env's rubric stands in for human annotators) | judge (a model behind an
+    # OpenAI-compatible endpoint, asked which of two answers is better, in the pair's language)
+    labeler: str = "rubric"
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    # policy completions sampled per train prompt; with the reference episode they form the pairs
+    samples_per_prompt: int = 4
+    # pairs labelled per round, at most (the labels a round costs; ties are labelled and dropped)
+    label_budget: int = 256
+    # RM optimizer steps per round, over the new pairs together with the pairs it had
+    steps: int = 100
+    # the RM's learning rate in rounds; null = reward_model.training.lr
+    lr: float | None = None
+
+
+@dataclass
 class RewardModelConfig:
     # rubric (env rewards only) | learned (one RM + rubric) | ensemble (several RMs + rubric) |
     # learned_only (RM(s) count, the rubric is only logged)
@@ -257,10 +311,13 @@ class RewardModelConfig:
     # differ per language (a language without statistics gets no score) | global (s - mean) / std
     # pooled over all languages, any language | none (the raw score)
     normalization: str = "per_language"
-    # how ensemble members' normalised scores combine: mean | min | mean_minus_std (mean - k * std)
-    combine: str = "mean"
-    # std multiplier of combine=mean_minus_std
+    # how ensemble members' normalised scores combine: mean_minus_std (mean - k * std: where the
+    # members disagree the reward is discounted, the conservative default) | mean | min
+    combine: str = "mean_minus_std"
+    # std multiplier of combine=mean_minus_std (lambda)
     k: float = 1.0
+    guards: RewardModelGuardsConfig = field(default_factory=RewardModelGuardsConfig)
+    rounds: RewardModelRoundsConfig = field(default_factory=RewardModelRoundsConfig)
     backbone: RewardModelBackboneConfig = field(default_factory=RewardModelBackboneConfig)
     data: RewardModelDataConfig = field(default_factory=RewardModelDataConfig)
     training: RewardModelTrainingConfig = field(default_factory=RewardModelTrainingConfig)

@@ -26,6 +26,7 @@ from grpo.config import (
     CORRUPTIONS,
     DTYPES,
     GENERATION_BACKENDS,
+    LABELERS,
     LOSS_TYPES,
     LR_SCHEDULERS,
     MODEL_SOURCES,
@@ -33,6 +34,7 @@ from grpo.config import (
     REWARD_MODEL_COMBINES,
     REWARD_MODEL_KINDS,
     REWARD_MODEL_NORMALIZATIONS,
+    REWARD_MODEL_REFERENCES,
     SCALE_REWARDS,
     STAGES,
     TRACKING_BACKENDS,
@@ -471,6 +473,7 @@ def _reward_model(s: GrpoConfig) -> None:
     for key in ("weight", "rubric_weight", "k"):
         if getattr(rm, key) < 0:
             _fail(f"reward_model.{key}={getattr(rm, key)} must be >= 0")
+    _reward_model_guards(rm)
     if "reward_model" in s.stages:
         _reward_model_training(rm)
     if (
@@ -507,6 +510,30 @@ def _reward_model(s: GrpoConfig) -> None:
             "(a reward_model stage's output dir) or train one first with stages=[reward_model,train]"
         )
     _reward_model_checkpoints(s)
+
+
+def _reward_model_guards(rm: RewardModelConfig) -> None:
+    g, r = rm.guards, rm.rounds
+    if g.reference not in REWARD_MODEL_REFERENCES:
+        _fail(
+            f"reward_model.guards.reference='{g.reference}' is not one of {', '.join(REWARD_MODEL_REFERENCES)}"
+        )
+    if g.kl_beta is not None and not (math.isfinite(g.kl_beta) and g.kl_beta >= 0):
+        _fail(f"reward_model.guards.kl_beta={g.kl_beta} must be a finite number >= 0, or null (off)")
+    if r.labeler not in LABELERS:
+        _fail(f"reward_model.rounds.labeler='{r.labeler}' is not one of {', '.join(LABELERS)}")
+    for key, least in (("every", 0), ("samples_per_prompt", 1), ("label_budget", 1), ("steps", 1)):
+        value = getattr(r, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            _fail(f"reward_model.rounds.{key}={value!r} must be an integer >= {least}")
+    if r.lr is not None and not (math.isfinite(r.lr) and r.lr >= 0):
+        _fail(
+            f"reward_model.rounds.lr={r.lr} must be a finite number >= 0, or null (reward_model.training.lr)"
+        )
+    if r.every and r.labeler == "judge" and not str(r.judge.base_url).startswith(("http://", "https://")):
+        _fail(
+            f"reward_model.rounds.judge.base_url={r.judge.base_url!r} must be an http(s) URL (an OpenAI-compatible .../v1)"
+        )
 
 
 def _reward_model_checkpoints(s: GrpoConfig) -> None:

@@ -8,13 +8,21 @@ rejected = the same episode with a controlled corruption of one or more assistan
   duplicate  items repeated
   format     the answer's tags broken: closing tag lost, tags removed, items run together on a line
   language   the reference episode of the same row index in another of the requested languages
+and the hard negatives, the ways a policy's answers break down under optimisation (each seen in
+GRPO runs against an RM trained on the kinds above only, which scored them above the references):
+  repeat       the answer opened, then a fragment of it repeated until a token budget would end it
+  unclosed     the answer cut part way, its tag never closed
+  script       the answer's letters written in another script (Latin <-> Cyrillic / CJK)
+  empty        the answer block with nothing in it (the bare turn left empty without one)
+  copy_prompt  the turn replaced by the last user message (the model echoes the prompt)
 
 "Items" are the lines of the answer block (the last <tag>...</tag> of a turn, else its last
 \\boxed{...}, else the whole turn) when it has several lines, else its words, else its characters,
 so the same corruptions fit sorting, reversing and arithmetic answers alike.
 
 `severity` in [0, 1] sets how much breaks: the share of assistant turns corrupted, the share of
-items swapped / dropped / duplicated, and how far the format degrades. Every rejected episode is
+items swapped / dropped / duplicated, how far the format degrades, how long a repetition runs and
+how much of an unclosed answer is kept. Every rejected episode is
 checked with the environment's own rubric: it must score strictly below the chosen one (a
 corruption that happens to be harmless is redrawn), so no pair contradicts the ground truth.
 
@@ -125,10 +133,77 @@ def corrupt_format(text: str, severity: float, rng: random.Random) -> str | None
     return text[: block[0]] + replacement + text[block[1] :]
 
 
+# ---- hard negatives: a policy's breakdowns --------------------------------------------------------
+
+# characters a repetition runs to: about what a 64-128-token budget holds
+_REPEAT_CHARS = (60, 240)
+
+
+def corrupt_repeat(text: str, severity: float, rng: random.Random) -> str | None:
+    """The answer block opened, then a short fragment of its body repeated to a budget's length
+    (longer with severity), the tag never closed: a degenerate loop cut by the token limit."""
+    start, end, block = _answer_span(text)
+    body = text[start:end].strip()
+    if not body:
+        return None
+    size = rng.randint(1, min(4, len(body)))
+    at = rng.randrange(len(body) - size + 1)
+    fragment = body[at : at + size]
+    length = int(_REPEAT_CHARS[0] + severity * (_REPEAT_CHARS[1] - _REPEAT_CHARS[0]))
+    loop = (fragment * (length // len(fragment) + 1))[:length]
+    head = text[: start if block else 0]
+    return head + ("\n" if block else "") + loop
+
+
+def corrupt_unclosed(text: str, severity: float, rng: random.Random) -> str | None:
+    """The answer cut part way (less kept with severity) and its tag left open."""
+    start, end, block = _answer_span(text)
+    if block is None:
+        return None
+    items, sep, lead, _ = _split_items(text[start:end])
+    keep = max(0, min(len(items) - 1, round((1 - severity) * len(items) * rng.uniform(0.5, 1.0))))
+    return text[:start] + lead + sep.join(items[:keep])
+
+
+def _other_script(ch: str) -> str:
+    """A letter of another script: Latin -> Cyrillic, any other letter -> Latin."""
+    if not ch.isalpha():
+        return ch
+    if ch.isascii():
+        return chr(0x430 + (ord(ch.lower()) - ord("a")) % 32)
+    return chr(ord("a") + ord(ch) % 26)
+
+
+def corrupt_script(text: str, severity: float, rng: random.Random) -> str | None:
+    """The answer's letters written in another script (a policy drifting out of the language's)."""
+    start, end, _ = _answer_span(text)
+    body = text[start:end]
+    new = "".join(_other_script(ch) for ch in body)
+    return None if new == body else text[:start] + new + text[end:]
+
+
+def corrupt_empty(text: str, severity: float, rng: random.Random) -> str | None:
+    """The answer block emptied (the turn emptied when it has no block)."""
+    start, end, block = _answer_span(text)
+    if block is None:
+        return "" if text.strip() else None
+    return None if not text[start:end].strip() else text[:start] + "\n" + text[end:]
+
+
+_TURN_CORRUPTIONS = {
+    "format": corrupt_format,
+    "repeat": corrupt_repeat,
+    "unclosed": corrupt_unclosed,
+    "script": corrupt_script,
+    "empty": corrupt_empty,
+}
+
+
 def corrupt_turn(text: str, kind: str, severity: float, rng: random.Random) -> str | None:
-    """One assistant turn after a corruption, or None when the kind does not apply to it."""
-    if kind == "format":
-        return corrupt_format(text, severity, rng)
+    """One assistant turn after a corruption, or None when the kind does not apply to it
+    (copy_prompt and language replace whole turns / episodes: corrupt_episode)."""
+    if kind in _TURN_CORRUPTIONS:
+        return _TURN_CORRUPTIONS[kind](text, severity, rng)
     start, end, _ = _answer_span(text)
     items, sep, lead, trail = _split_items(text[start:end])
     new_items = corrupt_items(items, kind, severity, rng)
@@ -143,8 +218,10 @@ def corrupt_episode(
     severity: float,
     rng: random.Random,
     other_language: Messages | None = None,
+    prompt: Messages | None = None,
 ) -> Messages | None:
-    """A corrupted copy of an episode; `other_language` is the replacement for kind=language."""
+    """A corrupted copy of an episode; `other_language` is the replacement for kind=language,
+    `prompt` the row's prompt (kind=copy_prompt echoes the user message before each turn)."""
     if kind == "language":
         return [dict(m) for m in other_language] if other_language else None
     turns = [i for i, m in enumerate(completion) if m.get("role") == "assistant"]
@@ -153,11 +230,22 @@ def corrupt_episode(
     out = [dict(m) for m in completion]
     changed = False
     for i in rng.sample(turns, _count(severity, len(turns))):
-        new = corrupt_turn(out[i]["content"], kind, severity, rng)
+        if kind == "copy_prompt":
+            new = _last_user(list(prompt or []) + completion[:i])
+        else:
+            new = corrupt_turn(out[i]["content"], kind, severity, rng)
         if new is not None and new != out[i]["content"]:
             out[i]["content"] = new
             changed = True
     return out if changed else None
+
+
+def _last_user(messages: Messages) -> str | None:
+    """The text of the last user message (None without one)."""
+    for m in reversed(messages):
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            return m["content"]
+    return None
 
 
 # ---- pairs ---------------------------------------------------------------------------------------
@@ -193,7 +281,7 @@ def env_pairs(
             if kind == "language" and foreign:
                 k = rng.randrange(len(foreign))
                 other = other_envs[k].reference_completion(foreign[k])
-            rejected = corrupt_episode(chosen, kind, severity, rng, other)
+            rejected = corrupt_episode(chosen, kind, severity, rng, other, row.prompt)
             if rejected is not None and _total(env, row, rejected) < best - 1e-9:
                 pairs.append(
                     PreferencePair(

@@ -25,6 +25,7 @@ stage of the same run scores with it when reward_model.checkpoints is empty (grp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -425,6 +426,47 @@ def train_reward_model(
         flush=True,
     )
     return result
+
+
+def continue_training(
+    settings: GrpoConfig,
+    model: Any,
+    tokenizer: Any,
+    encoder: Any,
+    languages: Sequence[str],
+    pairs: Sequence[PreferencePair],
+    reference: Sequence[PreferencePair],
+    steps: int,
+    lr: float,
+    work_dir: Path,
+) -> tuple[Any, Calibration, int]:
+    """Go on training a loaded reward model from its current weights (a preference round, grpo/
+    reward_model/rounds.py): `steps` optimizer steps of TRL's RewardTrainer at `lr` (no warmup) over
+    `pairs`, then the calibration refitted on `reference` (the held-out pairs: both completions).
+    Returns (the trained model in eval mode, its calibration, the steps taken)."""
+    from trl import RewardTrainer
+
+    rm = settings.reward_model
+    per_language = rm.conditioning.per_language_heads
+    heads = {lang: i for i, lang in enumerate(languages)} if per_language else None
+    tuned = dataclasses.replace(settings.reward_model.training, max_steps=int(steps), lr=float(lr), warmup=0)
+    run = dataclasses.replace(settings, reward_model=dataclasses.replace(rm, training=tuned))
+    trainer = make_trainer(
+        RewardTrainer,
+        "reward_model",
+        [],
+        model=model,
+        args=reward_config(run, work_dir),
+        train_dataset=_dataset(pairs, encoder, heads),
+        processing_class=tokenizer,
+        data_collator=_collator(tokenizer.pad_token_id, per_language),
+    )
+    trainer.train()
+    model = trainer.model.eval()
+    scorer = PairScorer(model, encoder, languages, per_language, rm.training.score_batch_size)
+    metrics = scorer.metrics(reference)
+    calibration = Calibration.fit(metrics.chosen + metrics.rejected, [p.language for p in reference] * 2)
+    return model, calibration, int(trainer.state.global_step)
 
 
 def _split(settings: GrpoConfig, out: Path) -> tuple[list[PreferencePair], list[PreferencePair], list[str]]:

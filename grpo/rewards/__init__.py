@@ -73,7 +73,7 @@ def build_rewards(
     if rm.kind != "rubric" and paths:
         from grpo.rewards.learned import learned_reward_funcs
 
-        learned = learned_reward_funcs(settings, checkpoints=paths)
+        learned = learned_reward_funcs(settings, checkpoints=paths, env=env)
     return RunRewards(
         rubric=[RewardFunc(f.name, f.fn, f.weight * scale, f.binary) for f in env.rubric.funcs],
         extra=consistency_reward_funcs(spec, env),

@@ -11,8 +11,14 @@ scores should not be mixed; global, (s - mean) / std pooled over all languages; 
 score (grpo/reward_model/calibration.py, Calibration.normalize_one). Members are then combined per
 completion: mean, min, or mean - k * std across members.
 
+The reference guard (reward_model.guards.reference, on by default): the row's reference episode (the
+env's reference_completion) is scored by the same members and combined the same way, and the
+reward is min(score, reference's) (cap) or score - reference's (relative); reference scores are
+cached per prompt until the RM changes (a preference round, grpo/reward_model/rounds.py). An env
+without reference episodes gets the score as is, said in one line.
+
 TRL reward functions (each logs rewards/<name>/mean):
-    reward_model    the (combined) normalised score, weight reward_model.weight
+    reward_model    the (combined, guarded) normalised score, weight reward_model.weight
     rm_0, rm_1 ...  each member's normalised score, weight 0 (logged only), for ensembles
 One scoring pass per batch serves all of them; the evaluator's score columns are these functions
 too. A completion in a language the RM was not trained on, or (per_language only) has no
@@ -24,10 +30,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from grpo.envs.rubric import COMPLETION_FIELD, LANGUAGE_FIELD, RewardFunc
+from grpo.envs.rubric import COMPLETION_FIELD, INFO_FIELD, LANGUAGE_FIELD, RewardFunc
 from grpo.errors import UserError
 from grpo.rewards.rubric import log_per_language
 
@@ -57,6 +64,22 @@ def combine_scores(members: Sequence[Sequence[float | None]], how: str, k: float
         else:
             std = math.sqrt(math.fsum((v - mean) ** 2 for v in present) / len(present))
             out.append(mean - k * std)
+    return out
+
+
+def guard_scores(
+    scores: Sequence[float | None], references: Sequence[float | None], how: str
+) -> list[float | None]:
+    """Scores against their reference episode's: cap = min(score, reference), relative = score -
+    reference, none = the scores as they are. A missing reference score leaves the score as is."""
+    if how not in ("cap", "relative", "none"):
+        raise ValueError(f"unknown reference guard {how!r}")
+    out: list[float | None] = []
+    for s, ref in zip(scores, references, strict=True):
+        if s is None or ref is None or how == "none":
+            out.append(s)
+        else:
+            out.append(min(s, ref) if how == "cap" else s - ref)
     return out
 
 
@@ -128,13 +151,31 @@ class LearnedReward:
     """The learned rewards of a run: members' normalised scores and their combination, computed
     once per batch (TRL calls each reward function in turn with the same batch)."""
 
-    def __init__(self, scorers: Sequence[RewardModelScorer], combine: str, k: float, default_language: str):
+    def __init__(
+        self,
+        scorers: Sequence[RewardModelScorer],
+        combine: str,
+        k: float,
+        default_language: str,
+        reference: Callable[[Any, Any, str], Any] | None = None,
+        guard: str = "none",
+    ):
+        """`reference(prompt, info, language)`: the row's reference episode, for `guard` (cap |
+        relative | none: reward_model.guards.reference); None = no guard."""
         self.scorers = list(scorers)
         self.combine = combine
         self.k = float(k)
         self.default_language = default_language
+        self.reference = reference
+        self.guard = guard if reference is not None else "none"
         self._last_key: str | None = None
         self._last: list[list[float | None]] = []
+        self._references: dict[str, float | None] = {}
+
+    def changed(self) -> None:
+        """The members' weights or calibration changed (a preference round): forget cached scores."""
+        self._last_key = None
+        self._references.clear()
 
     def _inputs(self, prompts: Sequence[Any], completions: Sequence[Any], kwargs: dict[str, Any]) -> tuple:
         # the real episode (assistant and environment turns) when our rollout function produced it
@@ -160,7 +201,36 @@ class LearnedReward:
     def combined(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ) -> list[float | None]:
-        return combine_scores(self.member_scores(prompts, completions, **kwargs), self.combine, self.k)
+        """The members' combination, against the reference episode's as the guard says."""
+        scores = combine_scores(self.member_scores(prompts, completions, **kwargs), self.combine, self.k)
+        infos = kwargs.get(INFO_FIELD)
+        if self.guard == "none" or infos is None:
+            return scores
+        prompts, _, languages = self._inputs(prompts, completions, kwargs)
+        return guard_scores(scores, self.reference_scores(prompts, list(infos), languages), self.guard)
+
+    def reference_scores(
+        self, prompts: Sequence[Any], infos: Sequence[Any], languages: Sequence[str]
+    ) -> list[float | None]:
+        """The combined score of each row's reference episode (cached per prompt and language)."""
+        keys = [
+            json.dumps([p, lang], sort_keys=True, ensure_ascii=False, default=str)
+            for p, lang in zip(prompts, languages, strict=True)
+        ]
+        todo: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            if key not in self._references and key not in todo:
+                todo[key] = i
+        if todo:
+            index = list(todo.values())
+            episodes = [self.reference(prompts[i], infos[i], languages[i]) for i in index]
+            members = [
+                s.normalized([prompts[i] for i in index], episodes, [languages[i] for i in index])
+                for s in self.scorers
+            ]
+            for key, score in zip(todo, combine_scores(members, self.combine, self.k), strict=True):
+                self._references[key] = score
+        return [self._references[key] for key in keys]
 
 
 class LearnedRewardFunc:
@@ -190,12 +260,58 @@ class LearnedRewardFunc:
         return scores
 
 
+def kl_guard(settings: Any) -> tuple[Any, str | None]:
+    """The settings GRPO runs with when its reward holds a learned RM (reward_model.kind is not
+    rubric): trainer.beta raised to reward_model.guards.kl_beta where it is lower, and the line that
+    says so (None when nothing changed); without validation (trainer.eval_steps=0) the line also
+    says that reward hacking is then only seen in the training rewards."""
+    import dataclasses
+
+    rm, trainer = settings.reward_model, settings.trainer
+    if rm.kind == "rubric":
+        return settings, None
+    notes = []
+    floor = rm.guards.kl_beta
+    if floor is not None and trainer.beta < floor:
+        notes.append(
+            f"trainer.beta={trainer.beta:g} -> {floor:g}: a learned reward model is in the reward "
+            f"(reward_model={rm.kind}), and the KL anchor keeps the policy where the RM's judgments hold "
+            "(reward_model.guards.kl_beta=null keeps trainer.beta)"
+        )
+        settings = dataclasses.replace(settings, trainer=dataclasses.replace(trainer, beta=float(floor)))
+    if not trainer.eval_steps:
+        notes.append(
+            "trainer.eval_steps=0: reward hacking (the RM rising while the rubric falls, per language) is "
+            "watched on held-out rows only with validation (trainer.eval_steps=N)"
+        )
+    return settings, ("[train] note: " + "; ".join(notes)) if notes else None
+
+
+def env_reference(env: Any) -> Callable[[Any, Any, str], Any] | None:
+    """(prompt, info, language) -> the row's reference episode, or None when `env` has none."""
+    from grpo.envs.base import Row
+
+    rows = env.rows("train", 1) if hasattr(env, "rows") else []
+    try:
+        if not rows:
+            return None
+        env.reference_completion(rows[0])
+    except NotImplementedError:
+        return None
+
+    def reference(prompt: Any, info: Any, language: str) -> Any:
+        return env.reference_completion(Row(0, list(prompt), dict(info or {}), language))
+
+    return reference
+
+
 def learned_reward_funcs(
-    settings: Any, device: Any = None, checkpoints: Sequence[str] | None = None
+    settings: Any, device: Any = None, checkpoints: Sequence[str] | None = None, env: Any = None
 ) -> list[RewardFunc]:
     """The run's learned reward functions (none for reward_model=rubric), each named and weighted;
     their `fn` is a batched TRL reward function (`fn.trl_batched`). `checkpoints`: the RM dirs to
-    score with (None: reward_model.checkpoints)."""
+    score with (None: reward_model.checkpoints); `env`: the run's env, whose reference episodes the
+    reference guard scores (None: no guard)."""
     from grpo.reward_model import language_mismatch, run_languages
 
     rm = settings.reward_model
@@ -218,10 +334,20 @@ def learned_reward_funcs(
         problem = language_mismatch(f"reward_model.checkpoints[{i}]", paths[i], scorer.languages, wanted)
         if problem:
             raise UserError(problem)
-    source = LearnedReward(scorers, str(rm.combine), float(rm.k), default_language=wanted[0])
+    guard = str(rm.guards.reference)
+    reference = env_reference(env) if env is not None and guard != "none" else None
+    if guard != "none" and env is not None and reference is None:
+        print(
+            f"[reward_model] note: env {env.name} has no reference episodes: reward_model.guards.reference={guard} "
+            "is off, the RM score counts as it is",
+            file=sys.stderr,
+        )
+    source = LearnedReward(
+        scorers, str(rm.combine), float(rm.k), default_language=wanted[0], reference=reference, guard=guard
+    )
     weight = float(rm.weight)
     if len(scorers) == 1:
-        return [RewardFunc(REWARD_NAME, LearnedRewardFunc(REWARD_NAME, source, 0), weight)]
+        return [RewardFunc(REWARD_NAME, LearnedRewardFunc(REWARD_NAME, source, None), weight)]
     members = [
         RewardFunc(f"{MEMBER_PREFIX}{i}", LearnedRewardFunc(f"{MEMBER_PREFIX}{i}", source, i), 0.0)
         for i in range(len(scorers))

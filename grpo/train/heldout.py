@@ -51,7 +51,7 @@ from grpo.envs.base import Environment, Row
 from grpo.envs.rubric import RewardFunc
 from grpo.run.checkpoints import CHECKPOINT_PREFIX, write_best_marker
 from grpo.run.layout import RunLayout
-from grpo.train.monitors import TruncationWatch
+from grpo.train.monitors import HackingWatch, TruncationWatch
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ class HeldoutEvaluation(TrainerCallback):
         self.rewards: dict[int, float] = {}
         self._warned = False
         self.truncation = TruncationWatch("[val]", settings)
+        self.hacking = HackingWatch("[val]", keep_best=self.keep_best)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         # a resumed run whose best checkpoint is in the run it resumed: record it here too
@@ -147,6 +148,31 @@ class HeldoutEvaluation(TrainerCallback):
             warning = self.truncation.update(shares, state.global_step)
             if warning:
                 print(warning, flush=True)
+            hacking = self.watch_hacking(state.global_step, result)
+            if hacking:
+                print(hacking, flush=True)
+
+    def watch_hacking(self, step: int, result: Any) -> str | None:
+        """A learned RM's score against the gold reward (the evaluation's: the env's rubric), per
+        language, into the HackingWatch; its warning line, if any."""
+        from grpo.rewards.learned import MEMBER_PREFIX, REWARD_NAME
+
+        rm = result.scores.get(REWARD_NAME)
+        if not rm:
+            return None
+        per_language = {code: float(v) for code, v in (rm.get("per_language") or {}).items()}
+        gold = {code: float(stats["mean"]) for code, stats in result.per_language.items()}
+        members = [v for k, v in result.scores.items() if k.startswith(MEMBER_PREFIX)]
+        disagreement = None
+        if len(members) > 1:
+            import statistics
+
+            disagreement = {
+                code: statistics.pstdev(float(m["per_language"][code]) for m in members)
+                for code in per_language
+                if all(code in (m.get("per_language") or {}) for m in members)
+            }
+        return self.hacking.update(step, per_language, gold, disagreement)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not self.keep_best or not state.best_global_step:

@@ -212,3 +212,72 @@ def truncated_shares(metrics: dict[str, Any], name: str) -> dict[str, float]:
         elif key.startswith(name + "/") and "/" not in key[len(name) + 1 :]:
             out[key[len(name) + 1 :]] = float(value)
     return out
+
+
+# consecutive validation intervals over which the RM must rise while the gold falls
+HACKING_PATIENCE = 2
+
+
+class HackingWatch:
+    """Reward hacking seen on the held-out rows: per language, the learned RM's score and a gold
+    reward (the env's rubric) at each validation. When the RM score rose and the gold fell at each
+    of the last HACKING_PATIENCE validation intervals, `update` returns one warning line naming the
+    language and the numbers (once per streak and language). Without a gold reward, the RM
+    ensemble's disagreement rising with the RM score is the signal instead. Pure bookkeeping."""
+
+    def __init__(self, source: str = "[val]", patience: int = HACKING_PATIENCE, keep_best: bool = False):
+        self.source = source
+        self.patience = int(patience)
+        self.keep_best = keep_best
+        # language -> [(step, rm, signal)]; signal = gold (falls when hacked) or -disagreement
+        self.history: dict[str, list[tuple[int, float, float]]] = {}
+        self.warned: set[str] = set()
+
+    def update(
+        self,
+        step: int,
+        rm: dict[str, float],
+        gold: dict[str, float] | None = None,
+        disagreement: dict[str, float] | None = None,
+    ) -> str | None:
+        """Record one validation; the warning line when some language is being hacked, else None."""
+        hacked = []
+        for code, score in rm.items():
+            if gold is not None and code in gold:
+                signal = gold[code]
+            elif disagreement is not None and code in disagreement:
+                signal = -disagreement[code]
+            else:
+                continue
+            points = self.history.setdefault(code, [])
+            points.append((int(step), float(score), float(signal)))
+            last = points[-(self.patience + 1) :]
+            rising = len(last) == self.patience + 1 and all(
+                b[1] > a[1] and b[2] < a[2] for a, b in zip(last, last[1:], strict=False)
+            )
+            if not rising:
+                self.warned.discard(code)
+            elif code not in self.warned:
+                self.warned.add(code)
+                hacked.append((code, last))
+        if not hacked:
+            return None
+        parts = []
+        for code, (a, *_, b) in hacked:
+            other = (
+                f"rubric (gold) {a[2]:.3f} -> {b[2]:.3f}"
+                if gold is not None
+                else f"ensemble disagreement {-a[2]:.3f} -> {-b[2]:.3f}"
+            )
+            parts.append(f"{code}: RM score {a[1]:+.3f} -> {b[1]:+.3f}, {other} (steps {a[0]}-{b[0]})")
+        fix = (
+            "the checkpoint kept is the best by the gold reward (trainer.keep_best)"
+            if self.keep_best and gold is not None
+            else "validate with trainer.keep_best=true to keep the best checkpoint by the gold reward"
+        )
+        return (
+            f"{self.source} warning: reward hacking suspected over {self.patience} validations: "
+            + "; ".join(parts)
+            + f"; the policy is optimising what the RM over-scores: {fix}, raise trainer.beta, or run "
+            "preference rounds (reward_model.rounds.every)"
+        )

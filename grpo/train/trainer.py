@@ -112,6 +112,11 @@ def build_trainer(
     here from settings, reward_model.checkpoints for a learned RM). `tracker`: where TRL's metrics
     and the held-out evaluations go (None: nowhere). `resume`: the run's resume plan (None: read
     here when settings.resume is set); training continues from its latest GRPO checkpoint."""
+    from grpo.rewards.learned import kl_guard
+
+    settings, note = kl_guard(settings)
+    if note and is_main():
+        print(note, file=sys.stderr, flush=True)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     tracker = tracker or NullTracker()
@@ -160,6 +165,14 @@ def build_trainer(
             score_funcs=rewards.learned,
             log_metrics=tracker.log_metrics,
         )
+    rounds = None
+    if rewards.learned and settings.reward_model.rounds.every:
+        from grpo.train.rounds import rounds_callback
+
+        # the RM is brought back to the policy's samples (grpo/reward_model/rounds.py)
+        rounds = rounds_callback(
+            settings, env, rewards.learned, run_dir, rollout.policy_backend, tracker.log_metrics
+        )
     table = tracker.completions_callback()
     trainer = make_trainer(
         GRPOTrainer,
@@ -169,6 +182,7 @@ def build_trainer(
             tracker.trainer_callback(),
             *([table] if table is not None else []),
             *callbacks,
+            *([rounds] if rounds else []),
             *([validation] if validation else []),
         ],
         model=model,
@@ -179,7 +193,7 @@ def build_trainer(
         peft_config=peft_config,
         rollout_func=rollout,
     )
-    for needs_trainer in (validation, table):
+    for needs_trainer in (validation, table, rounds):
         if needs_trainer is not None:
             needs_trainer.trainer = trainer
     return TrainerBundle(trainer, rollout, printer, tokenizer, resume_from, output_dir, validation)

@@ -36,6 +36,9 @@ SMALL_GRPO = [
     "trainer.max_steps=2",
     "trainer.save_steps=1000",
     "trainer.beta=0",
+    # one small preference round before GRPO (the default budget and steps are sized for real runs)
+    "reward_model.rounds.label_budget=12",
+    "reward_model.rounds.steps=2",
     "trainer.max_completion_length=24",
     "generation.max_tokens_per_turn=24",
     *TRAIN_ON_CUT_COMPLETIONS,
@@ -56,6 +59,10 @@ def run(tmp_path_factory):
             *SMALL_GRPO,
             "eval.num_examples=2",
             "eval.rollouts_per_example=2",
+            # validation at both steps: the RM's score against the rubric on held-out rows
+            "trainer.eval_steps=1",
+            "trainer.val_num_examples=2",
+            "trainer.val_rollouts_per_example=1",
             "tracking=mlflow",
             f"output_root={root}",
         ]
@@ -76,6 +83,15 @@ def test_the_run_loads_its_reward_model_once_for_both_evaluations_and_training(r
         assert meta["scores"]["reward_model"]["count"] == 4
         assert f"eval/{label}/score/reward_model/mean" in mlrun.data.metrics
     assert "train/rewards/reward_model/mean" in mlrun.data.metrics
+    # the preference round before GRPO: labels spent and the RM's accuracy on the policy's pairs
+    assert mlrun.data.metrics["rm/round/labels"] == 12
+    assert "rm/round/acc/en" in mlrun.data.metrics
+    # the hacking watch's inputs per language, and their plot
+    assert "val/score/reward_model/lang/en" in mlrun.data.metrics and "val/lang/en/mean" in mlrun.data.metrics
+    plots = [a.path for a in client.list_artifacts(mlrun.info.run_id, "plots")]
+    assert "plots/rm_vs_gold_by_language.png" in plots
+    rounds = json.loads((run_dir / "reward_model_rounds" / "rounds.json").read_text())
+    assert rounds["labels"] == 12 and [r["step"] for r in rounds["rounds"]] == [0]
 
 
 def test_one_run_trains_the_rm_then_grpo_with_it(run):
@@ -121,6 +137,9 @@ def test_the_grpo_reward_is_the_normalised_rm_score_of_each_episode(run, tmp_pat
             f"reward_model.checkpoints=[{rm_dir}]",
             "reward_model.weight=2.0",
             "reward_model.rubric_weight=0.5",
+            # the score as the stage's RM gives it: no round retrains it, no reference cap
+            "reward_model.rounds.every=0",
+            "reward_model.guards.reference=none",
             # two-turn episodes: the RM reads the environment's turn between the model's two answers
             "env.min_turns=2",
             "env.max_turns=2",

@@ -140,3 +140,41 @@ def test_advantages_follow_trls_formula_on_a_small_batch():
     assert group_advantages([1.0, 0.0, 2.0, 2.0], 2, "none") == [0.5, -0.5, 0.0, 0.0]
     with pytest.raises(ValueError):
         group_advantages([1.0, 2.0, 3.0], 2)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "reward_model.guards.reference=clip",
+            "reward_model.guards.reference='clip' is not one of cap, relative, none",
+        ),
+        (
+            "reward_model.guards.kl_beta=-1",
+            "reward_model.guards.kl_beta=-1.0 must be a finite number >= 0, or null (off)",
+        ),
+        (
+            "reward_model.guards.kl_beta=nan",
+            "reward_model.guards.kl_beta=nan: a setting must be a finite number",
+        ),
+        (
+            "reward_model.rounds.labeler=human",
+            "reward_model.rounds.labeler='human' is not one of rubric, judge",
+        ),
+        ("reward_model.rounds.every=-1", "reward_model.rounds.every=-1 must be an integer >= 0"),
+        ("reward_model.rounds.label_budget=0", "reward_model.rounds.label_budget=0 must be an integer >= 1"),
+        (
+            "reward_model.rounds.judge.base_url=localhost:8000",
+            "reward_model.rounds.judge.base_url='localhost:8000' must be an http(s) URL",
+        ),
+    ],
+)
+def test_bad_guard_and_round_settings_are_one_line_errors(override, message):
+    from grpo.cli.checks import check
+    from grpo.errors import UserError
+
+    extra = ["reward_model.rounds.labeler=judge"] if "judge" in override else []
+    settings = load_settings(["+env=alphabet_sort", "reward_model=learned", *extra, override])
+    with pytest.raises(UserError) as err:
+        check(settings)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)

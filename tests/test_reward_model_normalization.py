@@ -183,7 +183,8 @@ def test_the_grpo_reward_uses_the_setting(rms, normalization):
 def test_ensemble_members_and_their_combination_use_the_setting(rms, normalization):
     """build_rewards' learned functions: what GRPO trains on and evaluation's score columns."""
     env = packaged_env("alphabet_sort", "en", seed=0, num_train_examples=4, max_turns=1)
-    rewards = build_rewards(run_settings(rms, "ensemble", normalization), env)
+    settings = run_settings(rms, "ensemble", normalization)
+    rewards = build_rewards(settings, env)
     assert [f.name for f in rewards.learned] == ["rm_0", "rm_1", "reward_model"]
     langs = [*LANGUAGES, UNTRAINED[1]]
     members = [
@@ -191,7 +192,8 @@ def test_ensemble_members_and_their_combination_use_the_setting(rms, normalizati
         for rm in rms
     ]
     got = [call(f) for f in rewards.learned]
-    for g, want in zip(got, [*members, combine_scores(members, "mean")], strict=True):
+    combined = combine_scores(members, settings.reward_model.combine, settings.reward_model.k)
+    for g, want in zip(got, [*members, combined], strict=True):
         assert_same_scores(g, want)
 
 

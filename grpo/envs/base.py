@@ -26,7 +26,7 @@ error. Shared helpers: grpo/envs/parsers.py (tags, assistant turns), grpo/envs/s
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -228,3 +228,16 @@ class Environment:
         failure, which training monitors as monitor/format_failure). None: this environment does
         not say, and the monitor is left out. Never raises on any model output."""
         return None
+
+
+def reference_of(env: Any) -> Callable[[Row], Messages] | None:
+    """`env.reference_completion` when the env has reference episodes (it answers for its first train
+    row), else None: the reward guards and the preference rounds of a learned RM use them."""
+    try:
+        rows = env.rows("train", 1)
+        if not rows:
+            return None
+        env.reference_completion(rows[0])
+    except NotImplementedError:
+        return None
+    return env.reference_completion

@@ -180,15 +180,17 @@ class PreferenceRounds:
         learned: Any,
         run_dir: Path,
         labeler: Labeler,
-        reference: Callable[[Any], Messages] | None = None,
         log_metrics: Callable[[Mapping[str, float], int], None] | None = None,
     ):
+        from grpo.envs.base import reference_of
+
         self.settings = settings
         self.env = env
         self.learned = learned
         self.out = Path(run_dir) / ROUNDS_DIR
         self.labeler = labeler
-        self.reference = reference
+        # the row's reference episode joins its candidates (None: the env has none)
+        self.reference = reference_of(env)
         self.log_metrics = log_metrics
         self.rounds = settings.reward_model.rounds
         self.reports: list[RoundReport] = []

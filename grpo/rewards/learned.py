@@ -289,20 +289,16 @@ def kl_guard(settings: Any) -> tuple[Any, str | None]:
 
 def env_reference(env: Any) -> Callable[[Any, Any, str], Any] | None:
     """(prompt, info, language) -> the row's reference episode, or None when `env` has none."""
-    from grpo.envs.base import Row
+    from grpo.envs.base import Row, reference_of
 
-    rows = env.rows("train", 1) if hasattr(env, "rows") else []
-    try:
-        if not rows:
-            return None
-        env.reference_completion(rows[0])
-    except NotImplementedError:
+    reference = reference_of(env)
+    if reference is None:
         return None
 
-    def reference(prompt: Any, info: Any, language: str) -> Any:
-        return env.reference_completion(Row(0, list(prompt), dict(info or {}), language))
+    def for_fields(prompt: Any, info: Any, language: str) -> Any:
+        return reference(Row(0, list(prompt), dict(info or {}), language))
 
-    return reference
+    return for_fields
 
 
 def learned_reward_funcs(

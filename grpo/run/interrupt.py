@@ -61,6 +61,9 @@ class StopRequest:
     step: int | None = None
     # the stage the run is in (eval, ...), to name it when a signal stops it at once
     phase: str | None = None
+    # (stage, step, what runs inside its step) of a trainer whose step runs another trainer
+    # (`inside_step`), else None
+    outer: tuple[str | None, int | None, str] | None = None
 
 
 # the run's stop request (one run per process); None outside `handle_signals`
@@ -86,9 +89,11 @@ def handle_signals() -> Iterator[StopRequest]:
             stop.signum = signum
             if not is_main():
                 return
+            stage, step, inner = stop.outer or (stop.stage, stop.step, "")
+            inner = f"the {inner} and " if inner else ""
             print(
-                f"\n[grpo] {signal.Signals(signum).name}: stopping after step {(stop.step or 0) + 1} of "
-                f"{stop.stage} with a checkpoint (send it again to stop at once)",
+                f"\n[grpo] {signal.Signals(signum).name}: stopping after {inner}step {(step or 0) + 1} of "
+                f"{stage} with a checkpoint (send it again to stop at once)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -144,6 +149,26 @@ def stop_callback(stage: str) -> Any:
                 stop.stage = None  # out of the trainer: a signal now stops at once
 
     return StopAtStepEnd()
+
+
+@contextlib.contextmanager
+def inside_step(what: str, stage: str, step: int) -> Iterator[None]:
+    """Around a trainer run inside another trainer's step (a preference round trains the RM inside
+    a GRPO step, grpo/train/rounds.py): the outer stage and step come back afterwards, so a signal
+    after it still stops the outer stage at a step boundary; a signal during it ends the inner
+    trainer early, and the outer stage stops at its next step end. `what` names the inner work in
+    the signal's line; `stage` and `step` are the outer trainer's (its own callback may not have
+    said them yet: a round runs at the start of training too)."""
+    stop = current()
+    if stop is None:
+        yield
+        return
+    stop.outer = (stage, step, what)
+    stop.stage, stop.step = stage, step
+    try:
+        yield
+    finally:
+        stop.stage, stop.step, stop.outer = stage, step, None
 
 
 def check_stopped(stage: str) -> None:

@@ -60,6 +60,8 @@ EVAL_MARKS = ("baseline", "final", "best")
 # training mean under a language mix (train/rewards/<fn>/<code>/mean, grpo/rewards/rubric.py)
 VAL_LANGUAGE = "val/lang/"
 TRAIN_REWARDS = "train/rewards/"
+# a learned RM's score on the held-out rows: val/score/<name>/lang/<code>
+VAL_SCORE = "val/score/"
 _EVAL_FUNC = re.compile(r"^eval/(?P<label>[^/]+)/func/(?P<fn>[^/]+)$")
 _EVAL_TOTAL = re.compile(r"^eval/(?P<label>[^/]+)/mean$")
 # the weighted total reward's bar in plots/eval_by_function.png
@@ -342,8 +344,11 @@ class MlflowTracker(Tracker):
         (each evaluation's mean per reward function) and, when the run logged more than one language,
         plots/val_by_language.png (val/lang/<code>/mean, one line per language) and
         plots/rewards_by_language.png (per language, each reward function's training mean: with a
-        learned RM, its score against the rubric), from what the run holds in the store."""
+        learned RM, its score against the rubric) and, when a learned RM was validated,
+        plots/rm_vs_gold_by_language.png (per language, the RM's score and the rubric on the held-out
+        rows: where they part, the RM is being hacked), from what the run holds in the store."""
         from grpo.tracking.plots import (
+            RM_REWARD,
             by_language,
             plot_eval_by_function,
             plot_reward_curves,
@@ -358,6 +363,7 @@ class MlflowTracker(Tracker):
             lang: names[""] for lang, names in by_language(list(metrics), VAL_LANGUAGE).items() if "" in names
         }
         rewards = by_language(list(metrics), TRAIN_REWARDS)
+        rm_val = by_language(list(metrics), f"{VAL_SCORE}{RM_REWARD}/lang/", "")
 
         def fetch(name: str) -> list[tuple[int, float]]:
             return metric_curve(self.client, self.run_id, name)
@@ -393,6 +399,19 @@ class MlflowTracker(Tracker):
                 files.append(
                     plot_rewards_by_language(
                         panels, Path(tmp) / "rewards_by_language.png", title=self._title()
+                    )
+                )
+            if rm_val:
+                panels = {
+                    lang: {
+                        RM_REWARD: fetch(names[""]),
+                        "rubric (gold)": fetch(val[lang]) if lang in val else [],
+                    }
+                    for lang, names in rm_val.items()
+                }
+                files.append(
+                    plot_rewards_by_language(
+                        panels, Path(tmp) / "rm_vs_gold_by_language.png", title=self._title()
                     )
                 )
             for f in files:

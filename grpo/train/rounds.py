@@ -27,6 +27,7 @@ from grpo.config import GrpoConfig
 from grpo.reward_model.labelers import make_labeler
 from grpo.reward_model.rounds import PreferenceRounds
 from grpo.run.distributed import world_size
+from grpo.run.interrupt import inside_step
 
 
 class RoundsCallback(TrainerCallback):
@@ -41,17 +42,8 @@ class RoundsCallback(TrainerCallback):
         policy_backend: Callable[[Any], AbstractContextManager[Any]],
         log_metrics: Callable[[Mapping[str, float], int], None] | None = None,
     ) -> None:
-        from grpo.rewards.learned import env_reference
-
         labeler = make_labeler(settings, env)
-        reference = env_reference(env)
-        row_reference = None
-        if reference is not None:
-
-            def row_reference(row: Any) -> Any:
-                return reference(row.prompt, row.info, row.language)
-
-        self.rounds = PreferenceRounds(settings, env, learned, run_dir, labeler, row_reference, log_metrics)
+        self.rounds = PreferenceRounds(settings, env, learned, run_dir, labeler, log_metrics)
         self.every = int(settings.reward_model.rounds.every)
         self.policy_backend = policy_backend
         self.trainer: Any = None
@@ -67,7 +59,11 @@ class RoundsCallback(TrainerCallback):
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         model = self.trainer.model
         was_training = model.training
-        with torch.random.fork_rng(devices=devices), self.policy_backend(self.trainer) as backend:
+        with (
+            inside_step("preference round", "train", step),
+            torch.random.fork_rng(devices=devices),
+            self.policy_backend(self.trainer) as backend,
+        ):
             report = self.rounds.run(step, backend)
         model.train(was_training)
         print(report.line(), flush=True)

@@ -444,7 +444,9 @@ def test_score_columns_are_reported_unclipped_and_not_in_the_reward(tmp_path: Pa
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_learned_reward_model_gets_its_score_column(tmp_path: Path) -> None:
     """stages=[reward_model,eval] with reward_model=learned: the evaluation reports the RM's
-    normalised score of every rollout, as the RM scores it, next to the rubric's reward."""
+    normalised score of every rollout as GRPO's reward would be (the default guard caps it at the
+    score of the row's reference episode), next to the rubric's reward."""
+    from grpo.envs.base import Row, reference_of
     from grpo.rewards.learned import RewardModelScorer
     from grpo.run.layout import RM_META_FILE
     from grpo.stages import run_stages
@@ -468,9 +470,13 @@ def test_a_learned_reward_model_gets_its_score_column(tmp_path: Path) -> None:
     assert (run_dir / "reward_model" / RM_META_FILE).is_file()
     records = read_results(run_dir / "eval_eval" / RESULTS_FILE)
     scorer = RewardModelScorer(str(run_dir / "reward_model"))
-    expected = scorer.normalized(
-        [r["prompt"] for r in records], [r["completion"] for r in records], [r["language"] for r in records]
+    prompts, languages = [r["prompt"] for r in records], [r["language"] for r in records]
+    scores = scorer.normalized(prompts, [r["completion"] for r in records], languages)
+    reference = reference_of(build_env(cfg.env, cfg.language))
+    references = scorer.normalized(
+        prompts, [reference(Row(0, r["prompt"], r["info"], r["language"])) for r in records], languages
     )
+    expected = [min(s, ref) for s, ref in zip(scores, references, strict=True)]
     assert [r["reward_model"] for r in records] == pytest.approx(expected)
     assert any(not 0.0 <= v <= 1.0 for v in expected)  # unclipped
     meta = json.loads((run_dir / "eval_eval" / METADATA_FILE).read_text(encoding="utf-8"))

@@ -236,6 +236,7 @@ def test_the_judge_labeler_reads_verdicts_through_position_swaps():
         assert labeler.prefer(row, bad, [{"role": "assistant", "content": "worse"}]) == 0  # no verdict: a tie
     finally:
         server.shutdown()
+        server.server_close()  # the port refuses connections now (shutdown alone leaves it listening)
     with pytest.raises(UserError, match="cannot be reached"):
         labeler.prefer(row, good, bad)
 

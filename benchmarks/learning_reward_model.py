@@ -20,6 +20,9 @@ one process (benchmarks/learning.py), from one SFT checkpoint (--sft=DIR reuses 
         no_kl         rm without the KL anchor               (reward_model.guards.kl_beta=null: beta 0)
         no_cap        rm without the reference cap           (reward_model.guards.reference=none)
         mean          rm with the members' plain mean        (reward_model.combine=mean)
+    and, named in --arms only, where normalisation can matter (the RM next to the rubric):
+        mixed_lang    rubric + the RM ensemble (rubric_weight 1), normalised per language
+        mixed_global  the same, normalised globally (all languages pooled)
  3. every policy scored by the RUBRIC on the same eval rows and seeds, per language, with paired
     standard errors against the SFT model;
  4. the RM's accuracy on the policy's own samples after training: per eval row, every two of the
@@ -53,13 +56,17 @@ from grpo.config import EDIT_CORRUPTIONS  # noqa: E402
 from grpo.tracking.plots import RM_REWARD, plot_rewards_by_language  # noqa: E402
 
 RM_ONLY = ["reward_model=ensemble", "reward_model.rubric_weight=0"]
+MIXED = ["reward_model=ensemble", "reward_model.rubric_weight=1"]
 ABLATIONS = {
-    "rm": [],
-    "no_rounds": ["reward_model.rounds.every=0"],
-    "no_hard_neg": [],  # other members, below
-    "no_kl": ["reward_model.guards.kl_beta=null"],
-    "no_cap": ["reward_model.guards.reference=none"],
-    "mean": ["reward_model.combine=mean"],
+    "rm": RM_ONLY,
+    "no_rounds": [*RM_ONLY, "reward_model.rounds.every=0"],
+    "no_hard_neg": RM_ONLY,  # other members, below
+    "no_kl": [*RM_ONLY, "reward_model.guards.kl_beta=null"],
+    "no_cap": [*RM_ONLY, "reward_model.guards.reference=none"],
+    "mean": [*RM_ONLY, "reward_model.combine=mean"],
+    # where normalisation can matter: the RM mixed with the rubric (not in the default arms)
+    "mixed_lang": [*MIXED, "reward_model.normalization=per_language"],
+    "mixed_global": [*MIXED, "reward_model.normalization=global"],
 }
 
 
@@ -150,7 +157,7 @@ def main(argv: list[str]) -> None:
             bench.grpo("rubric", 0)
             continue
         paths = plain if label == "no_hard_neg" else members
-        settings = bench.variant(*RM_ONLY, *ABLATIONS[label], f"reward_model.checkpoints=[{','.join(paths)}]")
+        settings = bench.variant(*ABLATIONS[label], f"reward_model.checkpoints=[{','.join(paths)}]")
         bench.grpo(label, 0, settings=settings)
 
     members_list = ",".join(bench.settings.language.members or [])
@@ -165,6 +172,12 @@ def main(argv: list[str]) -> None:
     )
     bench.arms_line()
     gains = bench.gain_table(arms)
+    if {"mixed_lang", "mixed_global"} <= set(arms):
+        print("\nNormalisation with the RM mixed with the rubric (global - per-language, paired SE):")
+        for code in ["all", *sorted(set(bench.languages))]:
+            keep = [code in ("all", x) for x in bench.languages]
+            g, se = paired(bench.arms["mixed_global"].rewards, bench.arms["mixed_lang"].rewards, keep)
+            print(f"  {code:<5} {g:+.4f} ({se:.4f})")
 
     rubric_calls = steps * s.trainer.per_device_batch_completions * s.trainer.gradient_accumulation_steps
     if "rm" in arms:

@@ -84,6 +84,14 @@ def test_hacking_warning_fires_on_rising_rm_and_falling_gold_only():
     assert watch.update(80, {"ja": 1.2, "en": 0.4}, {"ja": 0.0, "en": 0.5}) is None
 
 
+def test_no_hacking_warning_when_the_gold_falls_within_its_noise():
+    # measured in the benchmark: sv's rubric 0.066 -> 0.059 on ~50 held-out rows (SE ~0.02)
+    history = [(20, -1.103, 0.066), (40, -1.0, 0.062), (60, -0.900, 0.059)]
+    noisy, exact = HackingWatch(patience=2), HackingWatch(patience=2)
+    assert [noisy.update(s, {"sv": rm}, {"sv": g}, gold_se={"sv": 0.02}) for s, rm, g in history][-1] is None
+    assert [exact.update(s, {"sv": rm}, {"sv": g}, gold_se={"sv": 0.001}) for s, rm, g in history][-1]
+
+
 def test_no_hacking_warning_when_rm_and_gold_rise_together():
     watch = HackingWatch(patience=2)
     for step, value in ((10, 0.1), (20, 0.2), (30, 0.3), (40, 0.4)):

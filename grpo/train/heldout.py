@@ -162,6 +162,11 @@ class HeldoutEvaluation(TrainerCallback):
             return None
         per_language = {code: float(v) for code, v in (rm.get("per_language") or {}).items()}
         gold = {code: float(stats["mean"]) for code, stats in result.per_language.items()}
+        # the gold mean's standard error over the held-out examples (their rollouts are not independent)
+        gold_se = {
+            code: float(stats["std"]) / max(int(stats["examples"]), 1) ** 0.5
+            for code, stats in result.per_language.items()
+        }
         members = [v for k, v in result.scores.items() if k.startswith(MEMBER_PREFIX)]
         disagreement = None
         if len(members) > 1:
@@ -172,7 +177,7 @@ class HeldoutEvaluation(TrainerCallback):
                 for code in per_language
                 if all(code in (m.get("per_language") or {}) for m in members)
             }
-        return self.hacking.update(step, per_language, gold, disagreement)
+        return self.hacking.update(step, per_language, gold, disagreement, gold_se)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not self.keep_best or not state.best_global_step:

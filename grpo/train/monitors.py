@@ -221,9 +221,11 @@ HACKING_PATIENCE = 2
 class HackingWatch:
     """Reward hacking seen on the held-out rows: per language, the learned RM's score and a gold
     reward (the env's rubric) at each validation. When the RM score rose and the gold fell at each
-    of the last HACKING_PATIENCE validation intervals, `update` returns one warning line naming the
-    language and the numbers (once per streak and language). Without a gold reward, the RM
-    ensemble's disagreement rising with the RM score is the signal instead. Pure bookkeeping."""
+    of the last HACKING_PATIENCE validation intervals, and the gold's fall over them exceeds twice
+    its standard error where one is given (a fall within the noise of the held-out rows is no
+    evidence), `update` returns one warning line naming the language and the numbers (once per
+    streak and language). Without a gold reward, the RM ensemble's disagreement rising with the RM
+    score is the signal instead. Pure bookkeeping."""
 
     def __init__(self, source: str = "[val]", patience: int = HACKING_PATIENCE, keep_best: bool = False):
         self.source = source
@@ -239,12 +241,16 @@ class HackingWatch:
         rm: dict[str, float],
         gold: dict[str, float] | None = None,
         disagreement: dict[str, float] | None = None,
+        gold_se: dict[str, float] | None = None,
     ) -> str | None:
-        """Record one validation; the warning line when some language is being hacked, else None."""
+        """Record one validation; the warning line when some language is being hacked, else None.
+        `gold_se`: per language, the standard error of this validation's gold mean."""
         hacked = []
         for code, score in rm.items():
+            noise = 0.0
             if gold is not None and code in gold:
                 signal = gold[code]
+                noise = 2.0 * float((gold_se or {}).get(code, 0.0))
             elif disagreement is not None and code in disagreement:
                 signal = -disagreement[code]
             else:
@@ -252,8 +258,10 @@ class HackingWatch:
             points = self.history.setdefault(code, [])
             points.append((int(step), float(score), float(signal)))
             last = points[-(self.patience + 1) :]
-            rising = len(last) == self.patience + 1 and all(
-                b[1] > a[1] and b[2] < a[2] for a, b in zip(last, last[1:], strict=False)
+            rising = (
+                len(last) == self.patience + 1
+                and all(b[1] > a[1] and b[2] < a[2] for a, b in zip(last, last[1:], strict=False))
+                and last[0][2] - last[-1][2] > noise
             )
             if not rising:
                 self.warned.discard(code)

@@ -49,6 +49,11 @@ POLICY_KIND = "policy"
 REFERENCE_KIND = "policy_vs_reference"
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 label', '3 labels'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 @dataclass
 class Candidate:
     """One episode a round compares: a policy sample or the row's reference episode."""
@@ -94,8 +99,10 @@ class RoundReport:
         langs = " ".join(f"{k} {v:.3f}" for k, v in acc.items() if k != "all")
         who = f"{len(self.accuracy)} members, first: " if len(self.accuracy) > 1 else ""
         return (
-            f"[reward_model] round {self.index} at step {self.step}: {self.prompts} prompts, {self.labels} labels "
-            f"({self.ties} ties), {self.by_rule} cut-vs-ended pairs by rule -> {len(self.pairs)} pairs | RM accuracy "
+            f"[reward_model] round {self.index} at step {self.step}: {counted(self.prompts, 'prompt')}, "
+            f"{counted(self.labels, 'label')} "
+            f"({counted(self.ties, 'tie')}), {counted(self.by_rule, 'cut-vs-ended pair')} by rule -> "
+            f"{counted(len(self.pairs), 'pair')} | RM accuracy "
             f"on them before learning ({who}the policy's drift): {acc.get('all', math.nan):.3f}"
             + (f" ({langs})" if langs else "")
             + f" | {self.rm_steps} RM steps, {self.seconds:.0f} s"

@@ -25,7 +25,7 @@ from transformers import TrainerCallback
 
 from grpo.config import GrpoConfig
 from grpo.reward_model.labelers import make_labeler
-from grpo.reward_model.rounds import PreferenceRounds
+from grpo.reward_model.rounds import PreferenceRounds, counted
 from grpo.run.distributed import world_size
 from grpo.run.interrupt import inside_step
 
@@ -80,7 +80,8 @@ class RoundsCallback(TrainerCallback):
         if self.rounds.reports:
             path = self.rounds.write_summary()
             print(
-                f"[reward_model] {len(self.rounds.reports)} preference rounds, {self.rounds.labels_used()} labels; "
+                f"[reward_model] {counted(len(self.rounds.reports), 'preference round')}, "
+                f"{counted(self.rounds.labels_used(), 'label')}; "
                 f"{path}",
                 flush=True,
             )

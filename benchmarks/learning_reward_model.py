@@ -201,8 +201,9 @@ def main(argv: list[str]) -> None:
         final_members = last_round_members(run_dir, len(members)) or members
         after = policy_accuracy(bench, "rm", final_members)
         print("RM accuracy on the rm policy's own eval rollouts (pairs the rubric tells apart):")
-        print("  starting RM: " + " ".join(f"{k} {v:.3f}" for k, v in before.items()))
-        print("  final RM:    " + " ".join(f"{k} {v:.3f}" for k, v in after.items()))
+        for name, acc in (("starting RM: ", before), ("final RM:    ", after)):
+            shown = " ".join(f"{k} {v:.3f}" for k, v in acc.items())
+            print(f"  {name}{shown or 'none (no two rollouts of a row that the rubric tells apart)'}")
 
         curves = bench.arms["rm"].curves
         val = curves.get("val/reward", [])
@@ -219,13 +220,16 @@ def main(argv: list[str]) -> None:
             for code in codes
         }
         plot = Path(options.get("plot", "docs/learning_reward_model.png"))
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_rewards_by_language(
-            panels,
-            plot,
-            title=f"RM-only GRPO with the guards: RM score vs rubric on held-out rows ({members_list})",
-        )
-        print(f"plot: {plot}")
+        if any(any(curves.values()) for curves in panels.values()):
+            plot.parent.mkdir(parents=True, exist_ok=True)
+            plot_rewards_by_language(
+                panels,
+                plot,
+                title=f"RM-only GRPO with the guards: RM score vs rubric on held-out rows ({members_list})",
+            )
+            print(f"plot: {plot}")
+        else:
+            print(f"plot: none (no validation in {steps} steps: trainer.eval_steps={s.trainer.eval_steps})")
         rm_gains = {k: v for k, v in gains["rm"].items() if k != "all"}
         ses = {
             code: paired(
@@ -233,7 +237,10 @@ def main(argv: list[str]) -> None:
             )[1]
             for code in codes
         }
-        print("rm gain in SEs per language: " + " ".join(f"{c} {rm_gains[c] / ses[c]:+.1f}" for c in codes))
+        print(
+            "rm gain in SEs per language: "
+            + " ".join(f"{c} {rm_gains[c] / ses[c]:+.1f}" if ses[c] > 0 else f"{c} n/a (SE 0)" for c in codes)
+        )
         print(f"whole benchmark {(time.perf_counter() - start) / 60:.1f} min")
         print(f"rubric_gain: {gains['rm']['all']:.4f}")
         print(f"worst_rubric_gain: {min(rm_gains.values()):.4f}")

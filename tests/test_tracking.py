@@ -461,6 +461,18 @@ def test_run_logs_to_a_tracking_server(tmp_path, mlflow_server):
     assert not (root / "mlflow.db").exists() and not (root / "mlartifacts").exists()
 
 
+def test_a_rewards_by_language_plot_without_points_is_refused(tmp_path):
+    """No language with a point (a run that never validated): a clear error, no empty picture."""
+    from grpo.tracking.plots import RM_REWARD, plot_rewards_by_language
+
+    path = tmp_path / "rm_vs_gold.png"
+    with pytest.raises(ValueError, match="no language has a point"):
+        plot_rewards_by_language({"en": {RM_REWARD: [], "rubric": []}}, path)
+    assert not path.exists()
+    plot_rewards_by_language({"en": {RM_REWARD: [(1, 0.5), (2, 0.7)], "rubric": [(1, 0.1), (2, 0.2)]}}, path)
+    assert path.stat().st_size > 0
+
+
 def test_a_language_mix_run_gets_per_language_plots(root):
     """val/lang/<code>/mean curves and per-language reward curves (a learned RM against the rubric)
     are drawn when the run logged more than one language; an English run gets neither."""

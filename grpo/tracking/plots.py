@@ -148,6 +148,8 @@ def plot_rewards_by_language(
     own right-hand axis, so where it and the rubric part (reward hacking) shows at a glance."""
     plt = _pyplot()
     languages = [lang for lang, curves in panels.items() if any(curves.values())]
+    if not languages:
+        raise ValueError(f"{path.name}: no language has a point to plot")
     cols = min(3, len(languages))
     rows = -(-len(languages) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)

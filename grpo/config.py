@@ -579,6 +579,26 @@ class EvalConfig:
 
 
 @dataclass
+class ServeConfig:
+    # `python -m grpo.serve`: the policy server (grpo/serve/). 127.0.0.1 unless told otherwise;
+    # any other host needs api_key_var
+    host: str = "127.0.0.1"
+    # 0 = a free port (printed at start-up)
+    port: int = 8000
+    # NAME of the environment variable holding the key clients must send (never the key itself);
+    # null = no key (loopback only)
+    api_key_var: str | None = None
+    # the model id the server answers to on /v1/models (null: model.name)
+    model_name: str | None = None
+    # what one request may ask for (more: a 400 with the reason), and the batching
+    max_prompt_tokens: int = 4096
+    max_tokens: int = 1024
+    max_batch: int = 32
+    max_pending: int = 256
+    batch_window_ms: float = 5.0
+
+
+@dataclass
 class GrpoConfig:
     # what the entry point does, in order: reward_model (train an RM), sft (supervised warm start on
     # demonstrations), eval, train; an eval before train is the baseline, one after it the final
@@ -604,6 +624,7 @@ class GrpoConfig:
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
 
 def register_schema() -> None:

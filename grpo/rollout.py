@@ -203,6 +203,25 @@ def run_rollouts(
     """
     if rollouts_per_row < 1:
         raise UserError(f"rollouts per row must be >= 1, got {rollouts_per_row}")
+    own = getattr(env, "run_episodes", None)
+    if own is not None:  # an environment that runs its own episodes (verifiers v1 tasksets)
+        if any_rank_active is not None:
+            raise UserError(f"env {env.name}: its episodes run in one process; train it with one process")
+        # it returns each episode's Rollout fields (besides row and rollout_index), row-major
+        fields = own(
+            rows,
+            backend,
+            rollouts_per_row=rollouts_per_row,
+            sampling=sampling,
+            max_completion_tokens=max_completion_tokens,
+            progress=progress,
+        )
+        pairs = [(row, k) for row in rows for k in range(rollouts_per_row)]
+        if len(fields) != len(pairs):
+            raise RuntimeError(
+                f"{type(env).__name__}.run_episodes returned {len(fields)} of {len(pairs)} episodes"
+            )
+        return [Rollout(row=row, rollout_index=k, **f) for (row, k), f in zip(pairs, fields, strict=True)]
     if max_completion_tokens is not None and max_completion_tokens < 1:
         raise UserError(f"the completion token budget must be >= 1 or None, got {max_completion_tokens}")
     token_level = bool(getattr(backend, "token_level", False))

@@ -23,19 +23,13 @@ from omegaconf import DictConfig
 from grpo.cli.suggest import closest_key, did_you_mean, unknown_key_message, unknown_keys
 from grpo.compose import compose, group_options, one_line, run_config
 from grpo.config import GrpoConfig, to_settings
-from grpo.errors import UserError
+from grpo.errors import EXIT_USER_ERROR, UserError, fail  # noqa: F401 - fail and EXIT_USER_ERROR are imported from here too
 from grpo.run.resume import ResumePlan
 
-EXIT_USER_ERROR = 2
 # Hydra flags after which preflight stays out of the way (Hydra prints help / info itself)
 _HYDRA_INFO_FLAGS = ("help", "hydra_help", "info", "shell_completion")
 # sweeps with more jobs get each listed value checked once instead of every combination
 MAX_CHECKED_JOBS = 64
-
-
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(EXIT_USER_ERROR)
 
 
 @contextlib.contextmanager

@@ -138,6 +138,11 @@ def _reward_funcs(vf: Any, rubric: Any) -> list[tuple[Any, Any, float]]:
 class VerifiersEnv(Environment):
     """A loaded verifiers MultiTurnEnv (SingleTurnEnv included) as a grpo Environment.
 
+    One way in: when the installed module holds a verifiers v1 taskset (it exports a
+    `verifiers.v1.Taskset` subclass and no `load_environment`), constructing this class builds a
+    `grpo.envs.verifiers_v1.VerifiersV1Env` instead, with the same arguments (`max_concurrent`,
+    `timeout_s` and `eval_args` apply to v1 only).
+
     `id`: the installed environment (`verifiers.load_environment(id, **args)`); `args`: its
     `load_environment` arguments. `num_train_examples` / `num_eval_examples`: at most this many
     rows of each split (None: all). `max_turns`: a bound on model turns for an environment without
@@ -155,6 +160,9 @@ class VerifiersEnv(Environment):
         language: Any = "en",
         name: str | None = None,
         prompts: Mapping[str, Any] | None = None,
+        max_concurrent: int = 32,
+        timeout_s: float | None = 600.0,
+        eval_args: Mapping[str, Any] | None = None,
     ):
         from grpo.envs.base import int_arg
 
@@ -202,6 +210,20 @@ class VerifiersEnv(Environment):
         self._rows: dict[str, list[Row]] = {}
         # the datasets' own columns: a row's verifiers input is its info without grpo's keys
         self._columns: set[str] = set()
+
+    def __new__(cls, id: Any = None, *args: Any, **kwargs: Any) -> Any:  # noqa: A002
+        if cls is VerifiersEnv and isinstance(id, str) and id:
+            _import_verifiers()
+            from grpo.envs.verifiers_v1 import VerifiersV1Env, module_of, v1_taskset_class
+
+            module = module_of(id)
+            if module is not None and not hasattr(module, "load_environment") and v1_taskset_class(module):
+                if kwargs.pop("prompts", None):
+                    raise UserError(
+                        "env.prompts: a verifiers environment brings its own prompts; drop env.prompts"
+                    )
+                return VerifiersV1Env(id, *args, **kwargs)
+        return super().__new__(cls)
 
     # ---- rewards ---------------------------------------------------------------------------
     def _named_funcs(self) -> list[tuple[str, float]]:

@@ -55,6 +55,9 @@ class GenRequest:
     # which conversation of which rollout batch this is (run_rollouts sets it): a backend may keep
     # what it computed for the conversation's earlier turns (hf: the KV cache); None = unknown
     conversation: Hashable | None = None
+    # token-level: tokens that end this request's turn besides the model's EOS ids (the policy
+    # server passes a client's stop_token_ids); the stop token is kept, as an EOS is
+    stop_token_ids: frozenset[int] = frozenset()
 
 
 @dataclass

@@ -251,7 +251,9 @@ class HFBackend(ChatTokenizerSide):
         limits = [int(r.max_new_tokens) for r in requests]
 
         processors, recorder = _sampling_processors(sampling)
-        stop = _RowLimits(width, torch.tensor(limits, device=device))
+        stops = [self.eos_token_ids | r.stop_token_ids for r in requests]
+        extra = [r.stop_token_ids - self.eos_token_ids for r in requests]
+        stop = _RowLimits(width, torch.tensor(limits, device=device), extra if any(extra) else None)
         out = self.model.generate(
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),
@@ -270,7 +272,7 @@ class HFBackend(ChatTokenizerSide):
             ids = generated[row, :limit].tolist()
             finished = False
             for pos, tok in enumerate(ids):
-                if tok in self.eos_token_ids:
+                if tok in stops[row]:
                     ids, finished = ids[: pos + 1], True
                     break
             lps = logprobs[row, : len(ids)].tolist()
@@ -483,11 +485,20 @@ class _SampleAndRecord(LogitsProcessor):
 
 
 class _RowLimits(StoppingCriteria):
-    """Stopping criterion: row i is done once it has generated limits[i] tokens."""
+    """Stopping criterion: row i is done once it has generated limits[i] tokens, or (with
+    `stops`) once its last token is one of its own stop tokens (generate() handles the EOS ids)."""
 
-    def __init__(self, prompt_width: int, limits: torch.Tensor):
+    def __init__(self, prompt_width: int, limits: torch.Tensor, stops: list[frozenset[int]] | None = None):
         self.prompt_width = prompt_width
         self.limits = limits
+        self.stops = stops
 
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        return (input_ids.shape[1] - self.prompt_width) >= self.limits
+        done = (input_ids.shape[1] - self.prompt_width) >= self.limits
+        if self.stops is not None and input_ids.shape[1] > self.prompt_width:
+            last = input_ids[:, -1].tolist()
+            hit = torch.tensor(
+                [tok in s for tok, s in zip(last, self.stops, strict=True)], device=done.device
+            )
+            done = done | hit
+        return done

@@ -65,6 +65,17 @@ class VLLMBackend(ChatTokenizerSide):
             raise ValueError("the vLLM backend needs at least one EOS token id")
         self.eos_token_ids = frozenset(ids)
 
+    @property
+    def server_url(self) -> str | None:
+        """The vLLM server's root URL (it serves /inference/v1/generate itself: a verifiers v1
+        environment's training client calls it directly); None when colocated."""
+        return None if self.client is None else str(self.client.base_url)
+
+    @property
+    def served_model(self) -> str | None:
+        """The model id the vLLM server answers to (None when colocated)."""
+        return None if self.client is None else getattr(self.client, "model", None)
+
     # ---- generation ---------------------------------------------------------------------------
     def generate(self, requests: Sequence[GenRequest], sampling: Sampling) -> list[GenResult]:
         if not requests:

@@ -1,0 +1,108 @@
+"""`python -m grpo.serve model=... [serve.KEY=VALUE ...]`: serve a policy (a checkpoint grpo
+trained, or any model preset) on the policy server until Ctrl-C / SIGTERM.
+
+    python -m grpo.serve model=qwen3_0_6b model.path=outputs/runs/<day>/<time>/final serve.port=8000
+    vf-eval <env> -b http://127.0.0.1:8000/v1 -m <model name>        # any OpenAI-compatible harness
+
+The model loads as `python -m grpo` loads the policy (model.*, LoRA adapters merged as the
+trainer saved them); generation=hf. The settings are `serve.*` (grpo/config.py ServeConfig).
+A bad override or setting is one line and exit 2; Ctrl-C stops the server and exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from grpo.errors import UserError, fail
+
+USAGE = "usage: python -m grpo.serve model=NAME [model.path=DIR] [serve.port=8000] [serve.host=...] [serve.api_key_var=VAR]"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in args):
+        print(USAGE + "\n" + (__doc__ or ""))
+        return
+    try:
+        server = _start(args)
+    except UserError as ex:
+        fail(str(ex))
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(
+        f"grpo.serve: {server.model_name} on {server.url} — chat: {server.url}/v1/chat/completions, "
+        f"tokens: {server.url}/inference/v1/generate; Ctrl-C stops",
+        flush=True,
+    )
+    stop.wait()
+    server.stop()
+    n = server.requests
+    print(
+        f"grpo.serve: stopped after {n} request{'' if n == 1 else 's'} ({server.completion_tokens} tokens generated)"
+    )
+
+
+def _start(overrides: list[str]):
+    from grpo.compose import load_settings, one_line
+
+    try:
+        settings = load_settings(overrides)
+    except UserError:
+        raise
+    except Exception as ex:  # Hydra's override and composition errors
+        raise UserError(f"{one_line(ex)}\n{USAGE}") from None
+    cfg = settings.serve
+    if settings.generation.backend != "hf":
+        raise UserError(
+            f"generation={settings.generation.backend}: python -m grpo.serve serves the hf backend"
+        )
+    key = None
+    if cfg.api_key_var:
+        key = os.environ.get(cfg.api_key_var)
+        if not key:
+            raise UserError(
+                f"serve.api_key_var={cfg.api_key_var}: the environment variable {cfg.api_key_var} is not set"
+            )
+    from grpo.serve.protocol import ServeLimits
+
+    try:
+        limits = ServeLimits(
+            max_prompt_tokens=_positive("max_prompt_tokens", cfg.max_prompt_tokens),
+            max_tokens=_positive("max_tokens", cfg.max_tokens),
+            max_batch=_positive("max_batch", cfg.max_batch),
+            max_pending=_positive("max_pending", cfg.max_pending),
+            batch_window_ms=float(cfg.batch_window_ms),
+        )
+    except (TypeError, ValueError) as ex:
+        raise UserError(str(ex)) from None
+    if not 0 <= int(cfg.port) <= 65535:
+        raise UserError(f"serve.port={cfg.port}: expected 0..65535 (0: a free port)")
+    from grpo.generation import make_backend
+    from grpo.serve.server import PolicyServer, is_loopback
+
+    if not is_loopback(cfg.host) and not key:  # before the model loads
+        raise UserError(
+            f"serve.host={cfg.host}: listening beyond loopback needs an API key "
+            "(serve.api_key_var=NAME of an environment variable holding it)"
+        )
+    backend = make_backend(settings.generation, None, None, settings.model)
+    name = cfg.model_name or settings.model.name or "grpo-policy"
+    return PolicyServer(
+        backend, model_name=str(name), host=cfg.host, port=int(cfg.port), api_key=key, limits=limits
+    ).start()
+
+
+def _positive(key: str, value: int) -> int:
+    if isinstance(value, bool) or int(value) < 1:
+        raise ValueError(f"serve.{key}={value}: expected a positive integer")
+    return int(value)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""verifiers v1 tasksets through grpo (grpo/envs/verifiers_v1.py), with the real verifiers package
+and a v1 taskset written here (tests/v1_envs/vf_grpo_sortera: Swedish, a scripted user, two
+named rewards and a metric):
+
+  - `+env=verifiers env.id=...` builds the v1 adapter for a v1 package (the classic adapter for a
+    classic one, tests/test_envs_verifiers.py);
+  - evaluation against a scripted OpenAI-compatible endpoint that answers perfectly scores 1.0 on
+    both rewards, through verifiers' own harness loop, interception server and eval client;
+  - two GRPO steps on the tiny model with the policy served on grpo's policy server (verifiers'
+    training client, tokens in / tokens out); the env mask of a two-turn trace selects exactly the
+    model's tokens;
+  - an episode past its deadline is counted, said, and dropped from the loss.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verifiers.v1")
+
+from grpo.compose import load_settings  # noqa: E402
+from grpo.envs import build_env  # noqa: E402
+from grpo.envs.verifiers_v1 import VerifiersV1Env  # noqa: E402
+from grpo.errors import UserError  # noqa: E402
+from grpo.generation.base import Sampling  # noqa: E402
+from grpo.generation.openai_endpoint import OpenAIBackend  # noqa: E402
+from grpo.rollout import run_rollouts  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent / "v1_envs"))
+import vf_grpo_sortera as sortera  # noqa: E402
+
+ENV_ID = "vf-grpo-sortera"
+BASE = ["+env=verifiers", f"env.id={ENV_ID}", "language=sv", "model=tiny", "env.args={num_tasks: 4}"]
+
+
+def env_of(*overrides: str) -> VerifiersV1Env:
+    settings = load_settings([*BASE, *overrides])
+    env = build_env(settings.env, settings.language)
+    assert isinstance(env, VerifiersV1Env)
+    return env
+
+
+def perfect_reply(messages: list[dict]) -> str:
+    """What a perfect model answers at this point of a sortera episode."""
+    names = re.search(r"Sortera: (.*)", messages[1]["content"]).group(1).split(", ")
+    last = messages[-1]["content"]
+    extra = re.match(r"Lägg till (.*) och sortera", last)
+    if extra:
+        names += extra.group(1).split(" och ")
+    return "<svar>" + ", ".join(sorted(names, key=str.casefold)) + "</svar>"
+
+
+class ScriptedEndpoint:
+    """An OpenAI-compatible /v1/chat/completions that answers every sortera turn perfectly."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                return
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                owner.calls += 1
+                text = perfect_reply(body["messages"])
+                payload = json.dumps(
+                    {
+                        "id": "x",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": text},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_the_one_way_in_builds_the_v1_adapter_and_names_its_rewards(capsys):
+    env = env_of()
+    assert "a verifiers v1 taskset (SorteraTaskset, env SorteraEnv)" in capsys.readouterr().err
+    assert [(f.name, f.weight) for f in env.rubric.funcs] == [
+        ("format", 0.5),
+        ("sorterat", 1.0),
+        ("antal_namn", 0.0),
+    ]
+    rows = env.rows("eval")
+    assert len(rows) == 4 and rows[0].language == "sv"
+    assert rows[0].prompt == [
+        {"role": "system", "content": sortera.SYSTEM},
+        {"role": "user", "content": rows[0].prompt[1]["content"]},
+    ]
+    assert rows[0].prompt[1]["content"].startswith("Sortera: ")
+
+
+def test_a_module_with_neither_api_is_refused_in_one_line(tmp_path, monkeypatch):
+    (tmp_path / "vf_grpo_empty.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UserError, match="env.id=vf-grpo-empty"):
+        build_env(load_settings(["+env=verifiers", "env.id=vf-grpo-empty"]).env, "en")
+
+
+def test_perfect_answers_from_a_scripted_endpoint_score_one():
+    env = env_of()
+    endpoint = ScriptedEndpoint()
+    try:
+        backend = OpenAIBackend(base_url=endpoint.url, model="scripted", api_key="EMPTY")
+        rows = env.rows("eval")
+        rollouts = run_rollouts(env, rows, backend, rollouts_per_row=2, sampling=Sampling(temperature=0))
+    finally:
+        endpoint.close()
+    assert endpoint.calls == len(rows) * 2 * 2  # two model turns per episode
+    assert env.last_errors == []
+    for r in rollouts:
+        assert [m["role"] for m in r.completion] == ["assistant", "user", "assistant"]
+        assert r.completion[1]["content"].startswith("Lägg till ")
+        scores = env.score(r.row, r.completion, r.state)
+        assert scores["sorterat"] == 1.0 and scores["format"] == 1.0
+        assert scores["antal_namn"] == 5.0
+        assert r.completion_ids == [] and not r.truncated
+
+
+def test_an_episode_past_its_deadline_is_counted_and_dropped(capsys):
+    env = env_of("env.timeout_s=0.001")
+    endpoint = ScriptedEndpoint()
+    try:
+        backend = OpenAIBackend(base_url=endpoint.url, model="scripted", api_key="EMPTY")
+        rollouts = run_rollouts(env, env.rows("eval", 2), backend, rollouts_per_row=1, sampling=Sampling())
+    finally:
+        endpoint.close()
+    assert len(env.last_errors) == 2 and "deadline" in env.last_errors[0]
+    assert "2 of 2 episodes failed" in capsys.readouterr().err
+    for r in rollouts:
+        assert r.completion == [] and sum(r.env_mask) == 0
+        assert set(env.score(r.row, r.completion, r.state).values()) == {None}
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_two_grpo_steps_with_the_served_policy_mask_the_users_turns(tmp_path):
+    from grpo.train.trainer import build_trainer
+
+    settings = load_settings(
+        [
+            *BASE,
+            "stages=[train]",
+            "trainer.num_generations=4",
+            "trainer.per_device_batch_completions=8",
+            "trainer.max_steps=2",
+            "trainer.save_steps=1000",
+            "trainer.beta=0",
+            "trainer.max_completion_length=96",
+            "generation.max_tokens_per_turn=12",
+            "trainer.mask_truncated_completions=false",
+            "trainer.truncated_reward=null",
+        ]
+    )
+    env = build_env(settings.env, settings.language)
+    bundle = build_trainer(settings, env, tmp_path)
+    assert bundle.trainer.reward_func_names[:3] == ["format", "sorterat", "antal_namn"]
+    bundle.trainer.train()
+    assert bundle.trainer.state.global_step == 2
+    assert env._server is not None  # the policy answered on grpo's policy server
+
+    rollouts = bundle.rollout.last_rollouts
+    assert len(rollouts) == 8 and env.last_errors == []
+    tokenizer = bundle.tokenizer
+    checked = 0
+    for r in rollouts:
+        assert len(r.completion_ids) == len(r.env_mask) == len(r.logprobs) <= 96
+        assert r.state["v1_scores"]["antal_namn"] == 5.0
+        assert [m["role"] for m in r.completion] == ["assistant", "user", "assistant"]
+        trace = r.state["v1_trace"]
+        if trace.num_branches != 1:
+            continue  # a re-tokenised history: the last branch alone is trained (documented rule)
+        # the mask selects exactly the model's tokens: each run of 1s is one model turn, in order
+        runs, current = [], []
+        for tok, m in zip(r.completion_ids, r.env_mask, strict=True):
+            if m:
+                current.append(tok)
+            elif current:
+                runs.append(current)
+                current = []
+        if current:
+            runs.append(current)
+        assert len(runs) == len(trace.calls) == 2
+        texts = [tokenizer.decode(run, skip_special_tokens=True) for run in runs]
+        assert texts == [r.completion[0]["content"], r.completion[2]["content"]]
+        # the user's turn is in the unmasked tokens, as text
+        unmasked = tokenizer.decode([t for t, m in zip(r.completion_ids, r.env_mask, strict=True) if not m])
+        assert r.completion[1]["content"] in unmasked
+        checked += 1
+    assert checked >= 1

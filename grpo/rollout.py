@@ -31,7 +31,7 @@ from typing import Any
 
 from grpo.envs.base import Environment, Messages, Row
 from grpo.errors import UserError
-from grpo.generation.base import GenerationBackend, GenRequest, GenResult, Sampling, TokenBackend
+from grpo.generation.base import GenerationBackend, GenRequest, GenResult, Sampling, TokenBackend, mix_seed
 
 __all__ = ["Rollout", "Sampling", "run_rollouts"]
 
@@ -253,7 +253,7 @@ def run_rollouts(
             ]
             call_sampling = sampling
             if sampling.seed is not None:
-                call_sampling = dataclasses.replace(sampling, seed=_mix_seed(sampling.seed, turn))
+                call_sampling = dataclasses.replace(sampling, seed=mix_seed(sampling.seed, turn))
             results = backend.generate(requests, call_sampling)
             if len(results) != len(requests):
                 raise RuntimeError(f"the backend answered {len(results)} of {len(requests)} requests")
@@ -293,7 +293,7 @@ def _request(
     limit = sampling.max_tokens_per_turn
     if budget is not None:
         limit = min(limit, budget - _used(episode, token_level))
-    seed = None if sampling.seed is None else _mix_seed(sampling.seed, turn, index)
+    seed = None if sampling.seed is None else mix_seed(sampling.seed, turn, index)
     conversation = None if session is None else (session, index)
     if token_level:
         return GenRequest(
@@ -352,15 +352,6 @@ def _advance(
         episode.env_mask.extend([0] * len(ids))
         episode.logprobs.extend([0.0] * len(ids))
     episode.completion.extend(dict(m) for m in reply)
-
-
-def _mix_seed(*parts: int) -> int:
-    """A deterministic 31-bit seed from integers (Python's hash() of ints is not mixed enough)."""
-    value = 0x9E3779B1
-    for part in parts:
-        value = (value ^ (int(part) & 0xFFFFFFFF)) * 0x01000193 & 0xFFFFFFFF
-        value ^= value >> 15
-    return value & 0x7FFFFFFF
 
 
 def _progress_bar(episodes: int) -> Any:

@@ -85,6 +85,28 @@ def test_stop_token_ids_end_a_request_and_are_kept(server, backend):
     assert cut["finish_reason"] == "stop"
 
 
+def test_seeded_sampled_requests_get_their_own_tokens_in_a_batch(server, backend):
+    rows = prompts(backend, 4)
+    alone = [generate(server.url, ids, 6, temperature=1.0, seed=100 + i).json() for i, ids in enumerate(rows)]
+    together: list = [None] * 4
+    gate = threading.Barrier(4)
+
+    def call(i):
+        gate.wait()
+        together[i] = generate(server.url, rows[i], 6, temperature=1.0, seed=100 + i).json()
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    before = server.batcher.calls
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert server.batcher.calls - before < 4
+    assert [a["choices"][0]["token_ids"] for a in alone] == [b["choices"][0]["token_ids"] for b in together]
+    other = generate(server.url, rows[0], 6, temperature=1.0, seed=999).json()["choices"][0]["token_ids"]
+    assert other != alone[0]["choices"][0]["token_ids"]  # the seed decides the draw
+
+
 def test_seeded_sampling_repeats(server, backend):
     ids = prompts(backend, 1)[0]
     a = generate(server.url, ids, 8, temperature=1.0, seed=7).json()["choices"][0]["token_ids"]

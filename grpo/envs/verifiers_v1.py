@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import importlib
 import logging
 import math
@@ -44,6 +45,7 @@ from typing import Any
 from grpo.envs.base import Environment, Messages, Row, int_arg
 from grpo.envs.rubric import COMPLETION_FIELD, RESERVED_KEYS, STATE_FIELD, RewardFunc, Rubric
 from grpo.errors import UserError
+from grpo.generation.base import mix_seed
 
 # keys of a rollout's state
 TRACE_KEY = "v1_trace"
@@ -282,7 +284,16 @@ class VerifiersV1Env(Environment):
         logprobs, truncated, cut_turns: the contract of grpo.rollout.run_rollouts)."""
         ctx = self._context(backend, sampling, max_completion_tokens)
         jobs = [(row, k, *self._task(row)) for row in rows for k in range(rollouts_per_row)]
-        episodes = self._loop.run(self._run_all(jobs, ctx, progress))
+        if sampling.seed is None:
+            contexts = [ctx] * len(jobs)
+        else:  # each episode its own seed (every model turn of it sends that seed)
+            contexts = [
+                dataclasses.replace(
+                    ctx, sampling=ctx.sampling.model_copy(update={"seed": mix_seed(sampling.seed, i)})
+                )
+                for i in range(len(jobs))
+            ]
+        episodes = self._loop.run(self._run_all(jobs, contexts, progress))
         self.last_errors = [e for e in (_failure(ep) for ep in episodes) if e]
         if self.last_errors:
             print(
@@ -296,7 +307,7 @@ class VerifiersV1Env(Environment):
             for (row, _, _, _), episode in zip(jobs, episodes, strict=True)
         ]
 
-    async def _run_all(self, jobs: list[tuple[Any, ...]], ctx: Any, progress: bool) -> list[Any]:
+    async def _run_all(self, jobs: list[tuple[Any, ...]], contexts: list[Any], progress: bool) -> list[Any]:
         semaphore = asyncio.Semaphore(self.max_concurrent)
         envs = {id(env): env for *_, env in jobs}
         out: list[Any] = [None] * len(jobs)
@@ -306,7 +317,7 @@ class VerifiersV1Env(Environment):
 
             async def one(i: int, task: Any, env: Any) -> None:
                 async with semaphore:
-                    out[i] = await env.run_episode(task, ctx)
+                    out[i] = await env.run_episode(task, contexts[i])
 
             await asyncio.gather(*(one(i, task, env) for i, (_, _, task, env) in enumerate(jobs)))
         return out

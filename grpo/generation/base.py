@@ -50,7 +50,8 @@ class GenRequest:
     prompt_ids: list[int] | None = None
     # text-level backends: the conversation so far
     messages: Messages | None = None
-    # per-conversation seed for this turn (endpoints take one per request); None = unseeded
+    # per-conversation seed for this turn (endpoints take one per request; hf uses it when the
+    # call's own sampling.seed is None: a generator per row); None = unseeded
     seed: int | None = None
     # which conversation of which rollout batch this is (run_rollouts sets it): a backend may keep
     # what it computed for the conversation's earlier turns (hf: the KV cache); None = unknown
@@ -73,6 +74,15 @@ class GenResult:
     finished: bool = True
     # tokens the model generated (len(token_ids), or the endpoint's usage count; 0 if unknown)
     num_tokens: int = 0
+
+
+def mix_seed(*parts: int) -> int:
+    """A deterministic 31-bit seed from integers (Python's hash() of ints is not mixed enough)."""
+    value = 0x9E3779B1
+    for part in parts:
+        value = (value ^ (int(part) & 0xFFFFFFFF)) * 0x01000193 & 0xFFFFFFFF
+        value ^= value >> 15
+    return value & 0x7FFFFFFF
 
 
 @runtime_checkable

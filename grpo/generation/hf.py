@@ -251,6 +251,13 @@ class HFBackend(ChatTokenizerSide):
         limits = [int(r.max_new_tokens) for r in requests]
 
         processors, recorder = _sampling_processors(sampling)
+        if sampling.seed is None and not sampling.greedy and any(r.seed is not None for r in requests):
+            # an unseeded call of seeded requests (the policy server's batches): each row draws
+            # from its own generator, so a request samples the same tokens in any batch
+            recorder.generators = [
+                None if r.seed is None else torch.Generator(device=device).manual_seed(int(r.seed))
+                for r in requests
+            ]
         stops = [self.eos_token_ids | r.stop_token_ids for r in requests]
         extra = [r.stop_token_ids - self.eos_token_ids for r in requests]
         stop = _RowLimits(width, torch.tensor(limits, device=device), extra if any(extra) else None)
@@ -454,6 +461,8 @@ class _SampleAndRecord(LogitsProcessor):
     def __init__(self, *, greedy: bool) -> None:
         self.greedy = greedy
         self._steps: list[torch.Tensor] = []
+        # per row, a generator of its own (None: the global RNG); None = every row from the global RNG
+        self.generators: list[torch.Generator | None] | None = None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         logprobs = torch.log_softmax(scores.float(), dim=-1)
@@ -470,7 +479,12 @@ class _SampleAndRecord(LogitsProcessor):
                     "checkpoint is broken"
                 )
             # strictly below the total, so the search never runs past the last token with mass
-            u = torch.rand(total.shape, dtype=torch.float64, device=scores.device) * total * (1 - 2**-52)
+            u = torch.rand(total.shape, dtype=torch.float64, device=scores.device)
+            if self.generators is not None:
+                for row, gen in enumerate(self.generators):
+                    if gen is not None:
+                        u[row] = torch.rand(1, dtype=torch.float64, device=scores.device, generator=gen)
+            u = u * total * (1 - 2**-52)
             chosen = torch.searchsorted(cdf, u, right=True)
             scores = torch.full_like(scores, float("-inf")).scatter_(1, chosen, 0.0)
         self._steps.append(logprobs.gather(1, chosen).squeeze(1))

@@ -2,16 +2,15 @@
 
 Request threads `submit(job)` and wait; the worker takes the first waiting job, collects whatever
 else arrives within `window_ms` (up to `max_batch` jobs), and makes one `backend.generate` call per
-group of jobs that sample alike (same temperature and top-p, and the same seed unless greedy), each
-a left-padded batch with its own per-request max tokens and stop tokens. The backend is only ever
+group of jobs that sample alike (same temperature and top-p), each a left-padded batch with its own
+per-request max tokens, stop tokens and seed (the hf backend draws a seeded row from a generator of
+its own, so a seeded request gets the same tokens alone or in any batch). The backend is only ever
 called from this thread (a model is not safe to call from several threads at once).
-
-Seeds: a backend call takes one seed, so seeded sampled requests batch only with requests of the
-same seed; unseeded requests (what the verifiers training client sends) batch together freely.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -90,12 +89,15 @@ class Batcher:
     def _run(self, jobs: Sequence[Job]) -> None:
         requests = [
             GenRequest(
-                max_new_tokens=j.max_tokens, prompt_ids=list(j.prompt_ids), stop_token_ids=j.stop_token_ids
+                max_new_tokens=j.max_tokens,
+                prompt_ids=list(j.prompt_ids),
+                seed=j.sampling.seed,
+                stop_token_ids=j.stop_token_ids,
             )
             for j in jobs
         ]
         try:
-            results = self.backend.generate(requests, jobs[0].sampling)
+            results = self.backend.generate(requests, dataclasses.replace(jobs[0].sampling, seed=None))
         except BaseException as ex:  # every waiting request gets the failure, the worker lives on
             for job in jobs:
                 job.error = ex if isinstance(ex, BadRequest) else RuntimeError(f"generation failed: {ex}")

@@ -72,10 +72,9 @@ class Job:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def group(self) -> tuple[float, float, int | None]:
-        """Jobs with the same key share one backend call (greedy jobs ignore the seed)."""
-        s = self.sampling
-        return (s.temperature, s.top_p, None if s.greedy else s.seed)
+    def group(self) -> tuple[float, float]:
+        """Jobs with the same key share one backend call (each keeps its own seed)."""
+        return (self.sampling.temperature, self.sampling.top_p)
 
 
 # sampling keys accepted and ignored when they have these neutral values (anything else: 400)

@@ -190,6 +190,8 @@ def test_two_grpo_steps_with_the_served_policy_mask_the_users_turns(tmp_path):
     bundle.trainer.train()
     assert bundle.trainer.state.global_step == 2
     assert env._server is not None  # the policy answered on grpo's policy server
+    batcher = env._server.batcher
+    assert batcher.calls < batcher.jobs  # concurrent episodes' turns shared generate calls
 
     rollouts = bundle.rollout.last_rollouts
     assert len(rollouts) == 8 and env.last_errors == []

@@ -271,3 +271,34 @@ def test_the_serve_command_refuses_bad_settings_in_one_line(tmp_path):
         "error: serve.host=0.0.0.0: listening beyond loopback needs an API key "
         "(serve.api_key_var=NAME of an environment variable holding it)"
     ]
+
+
+def test_a_conversation_continues_its_kv_cache_past_a_retokenised_history(backend):
+    """The hf backend keeps a conversation's cache between requests (the server passes the
+    client's X-Session-ID): a prompt that extends the cached tokens reuses all of them, one that
+    re-tokenised part of the history reuses the shared prefix, and the tokens are those of a
+    fresh generation (greedy)."""
+    from grpo.generation.base import GenRequest, Sampling
+    from grpo.generation.hf import HFBackend
+
+    kept = HFBackend(backend.model, backend.tokenizer)
+    fresh = HFBackend(backend.model, backend.tokenizer, reuse_kv_cache=False)
+    greedy = Sampling(temperature=0)
+    rows = prompts(backend, 3)
+    first = kept.generate(
+        [GenRequest(6, prompt_ids=p, conversation=("s", i)) for i, p in enumerate(rows)], greedy
+    )
+    assert all(len(r.token_ids) >= 3 for r in first)
+    following = [
+        rows[0] + first[0].token_ids + [5, 6],  # extends what it was given and generated
+        rows[1] + [first[1].token_ids[0], 7, 8, 9],  # a different token after the first generated one
+        rows[2] + first[2].token_ids[:2] + [10],  # drops part of what it generated
+    ]
+    before = kept.reused_tokens
+    again = kept.generate(
+        [GenRequest(5, prompt_ids=p, conversation=("s", i)) for i, p in enumerate(following)], greedy
+    )
+    shared = [len(rows[0]) + len(first[0].token_ids) - 1, len(rows[1]) + 1, len(rows[2]) + 2]
+    assert kept.reused_tokens - before == sum(shared)
+    reference = fresh.generate([GenRequest(5, prompt_ids=p) for p in following], greedy)
+    assert [r.token_ids for r in again] == [r.token_ids for r in reference]

@@ -52,6 +52,9 @@ TRACE_KEY = "v1_trace"
 SCORES_KEY = "v1_scores"
 ERROR_KEY = "v1_error"
 _PREFIX = "vf_"
+# episodes sharing one renderer of the training client (verifiers' default: more renderers, each
+# with its own lock and thread, measured slower here: the GIL, not the lock, bounds rendering)
+MULTIPLEX = 256
 
 
 def v1_taskset_class(module: Any) -> type | None:
@@ -91,7 +94,12 @@ class _Loop:
     """A private event loop on a daemon thread (episodes run there; the caller waits)."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        try:  # verifiers installs uvloop: its loop runs the episodes' HTTP hops faster
+            import uvloop
+
+            self.loop = uvloop.new_event_loop()
+        except ImportError:
+            self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="grpo-verifiers-v1", daemon=True)
         self.thread.start()
 
@@ -171,12 +179,17 @@ class VerifiersV1Env(Environment):
         self._rows: dict[str, list[Row]] = {}
         self._tasks: dict[tuple[str, int], Any] = {}
         self._loop = _Loop()
+        # before the interpreter tears threads down (a server stopped after that waits forever)
+        atexit.register(self.close)
         self._server: Any = None
         self._served: Any = None
         self._renderer_dir: tempfile.TemporaryDirectory[str] | None = None
         # what happened in the last run_episodes call (read by evaluation and tests)
         self.last_errors: list[str] = []
         self.dropped_branch_tokens = 0
+        # episodes running now, each with at most one model call outstanding: the policy server
+        # waits for that many requests before it generates (grpo's engine's lockstep)
+        self._in_flight = 0
         print(
             f"env.id={id}: a verifiers v1 taskset ({type(self.vf_env.taskset).__name__}, env "
             f"{type(self.vf_env).__name__}), run by grpo's chat harness on a local runtime",
@@ -293,7 +306,12 @@ class VerifiersV1Env(Environment):
                 )
                 for i in range(len(jobs))
             ]
-        episodes = self._loop.run(self._run_all(jobs, contexts, progress))
+        try:
+            episodes = self._loop.run(self._run_all(jobs, contexts, progress))
+        finally:
+            forget = getattr(backend, "forget_conversations", None)
+            if forget is not None:  # the weights may change before the next call: no stale cache
+                forget()
         self.last_errors = [e for e in (_failure(ep) for ep in episodes) if e]
         if self.last_errors:
             print(
@@ -317,7 +335,11 @@ class VerifiersV1Env(Environment):
 
             async def one(i: int, task: Any, env: Any) -> None:
                 async with semaphore:
-                    out[i] = await env.run_episode(task, contexts[i])
+                    self._in_flight += 1
+                    try:
+                        out[i] = await env.run_episode(task, contexts[i])
+                    finally:
+                        self._in_flight -= 1
 
             await asyncio.gather(*(one(i, task, env) for i, (_, _, task, env) in enumerate(jobs)))
         return out
@@ -345,6 +367,7 @@ class VerifiersV1Env(Environment):
             base_url=url.rstrip("/") + "/v1",
             api_key_var="GRPO_POLICY_SERVER_KEY",
             renderer_model_name=self._renderer_model(backend),
+            multiplex=MULTIPLEX,
         )
         return vf.ModelContext(model=model, client=client, sampling=sampling_cfg)
 
@@ -355,10 +378,10 @@ class VerifiersV1Env(Environment):
         if self._server is None or self._served is not backend:
             self.close()
             limits = ServeLimits(max_prompt_tokens=1 << 20, max_tokens=1 << 16, max_batch=1 << 10)
-            self._server = PolicyServer(backend, model_name="grpo-policy", limits=limits).start()
+            self._server = PolicyServer(
+                backend, model_name="grpo-policy", limits=limits, expected_requests=lambda: self._in_flight
+            ).start()
             self._served = backend
-            # stopped before the interpreter tears threads down (a server stopped after that waits forever)
-            atexit.register(self.close)
         return self._server.url
 
     def _renderer_model(self, backend: Any) -> str:
@@ -373,9 +396,14 @@ class VerifiersV1Env(Environment):
         return self._renderer_dir.name
 
     def close(self) -> None:
+        """Stop the policy server and close the harness's HTTP session (atexit runs it too)."""
         if self._server is not None:
             self._server.stop()
             self._server, self._served = None, None
+        from grpo.envs.v1_harness import close_session
+
+        with contextlib.suppress(Exception):
+            self._loop.run(close_session())
 
     # ---- traces -> rollouts ------------------------------------------------------------------
     def _episode(self, episode: Any, row: Row, token_level: bool, budget: int | None) -> dict[str, Any]:

@@ -153,23 +153,31 @@ class HFBackend(ChatTokenizerSide):
         """All requests in one call, continuing the kept cache of their conversations when it
         covers a prefix of every one; the call's own cache is kept for the next turn."""
         prompts = [list(r.prompt_ids or ()) for r in requests]
-        rows = self._cached_rows(requests, prompts)
+        cached = self._cached_rows(requests, prompts)
         past = None
-        if rows is None:
+        if cached is None:
             input_ids, attention_mask = _left_padded(prompts, self.pad_token_id)
         else:
             turn = self._turn_cache
             assert turn is not None
+            rows = [row for row, _ in cached]
             index = torch.tensor(rows, dtype=torch.long)
             past = turn.cache
             if rows != list(range(len(turn.ids))):
                 past.batch_select_indices(index.to(self._device))
+            kept_mask = turn.mask[index].clone()
+            for i, (row, keep) in enumerate(cached):
+                if keep < len(turn.ids[row]):
+                    # the cached tokens past the shared prefix leave the attention (their columns
+                    # stay, masked); positions follow the mask, so the new tokens continue at `keep`
+                    real = kept_mask[i].nonzero().squeeze(1)
+                    kept_mask[i, real[keep:]] = 0
             suffix_ids, suffix_mask = _left_padded(
-                [p[len(turn.ids[row]) :] for p, row in zip(prompts, rows, strict=True)], self.pad_token_id
+                [p[keep:] for p, (_, keep) in zip(prompts, cached, strict=True)], self.pad_token_id
             )
             input_ids = torch.cat([turn.tokens[index], suffix_ids], dim=1)
-            attention_mask = torch.cat([turn.mask[index], suffix_mask], dim=1)
-            self.reused_tokens += sum(len(turn.ids[row]) for row in rows)
+            attention_mask = torch.cat([kept_mask, suffix_mask], dim=1)
+            self.reused_tokens += sum(keep for _, keep in cached)
         self._turn_cache = None  # the old cache is extended in place below, or gone
         results, sequences, cache = self._call(requests, input_ids, attention_mask, sampling, past)
         if cache is None or not hasattr(cache, "batch_select_indices"):
@@ -192,9 +200,14 @@ class HFBackend(ChatTokenizerSide):
         )
         return results
 
-    def _cached_rows(self, requests: Sequence[GenRequest], prompts: list[list[int]]) -> list[int] | None:
-        """The kept cache's row of every request, when each one's cached tokens are a proper
-        prefix of its prompt; else None (the call encodes everything)."""
+    def _cached_rows(
+        self, requests: Sequence[GenRequest], prompts: list[list[int]]
+    ) -> list[tuple[int, int]] | None:
+        """(row, kept tokens) of every request in the kept cache: the kept tokens are the longest
+        prefix its prompt shares with the row's cached tokens (all of them when the prompt only
+        adds tokens; fewer when a client re-tokenised part of the history). None when a request's
+        conversation is not in the cache, or a prompt adds nothing to what it shares (the call
+        encodes everything)."""
         turn = self._turn_cache
         if turn is None:
             return None
@@ -204,9 +217,12 @@ class HFBackend(ChatTokenizerSide):
             if row is None:
                 return None
             cached = turn.ids[row]
-            if len(prompt) <= len(cached) or prompt[: len(cached)] != cached:
+            keep = len(cached)
+            if prompt[:keep] != cached:
+                keep = next(i for i, (a, b) in enumerate(zip(prompt, cached, strict=False)) if a != b)
+            if keep < 1 or len(prompt) <= keep:
                 return None
-            rows.append(row)
+            rows.append((row, keep))
         return rows
 
     def idle_turn(self, sampling: Sampling) -> None:

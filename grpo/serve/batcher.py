@@ -1,7 +1,8 @@
 """Concurrent requests batched into backend calls, on one worker thread.
 
 Request threads `submit(job)` and wait; the worker takes the first waiting job, collects whatever
-else arrives within `window_ms` (up to `max_batch` jobs), and makes one `backend.generate` call per
+else arrives within `window_ms` (up to `max_batch` jobs; with an `expected` hint, until that many
+requests wait, up to `max_wait_ms`: the lockstep of grpo's own engine, for callers it runs), and makes one `backend.generate` call per
 group of jobs that sample alike (same temperature and top-p), each a left-padded batch with its own
 per-request max tokens, stop tokens and seed (the hf backend draws a seeded row from a generator of
 its own, so a seeded request gets the same tokens alone or in any batch). The backend is only ever
@@ -15,7 +16,7 @@ import queue
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from grpo.generation.base import GenRequest
@@ -25,10 +26,23 @@ from grpo.serve.protocol import BadRequest, Job
 class Batcher:
     """`submit(job)` blocks until the worker has filled `job.result` (or raises its error)."""
 
-    def __init__(self, backend: Any, *, max_batch: int = 32, window_ms: float = 5.0, max_pending: int = 256):
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        max_batch: int = 32,
+        window_ms: float = 5.0,
+        max_pending: int = 256,
+        expected: Callable[[], int] | None = None,
+        max_wait_ms: float = 1000.0,
+    ):
         self.backend = backend
         self.max_batch = max(1, int(max_batch))
         self.window_s = max(0.0, float(window_ms)) / 1000.0
+        # a hint from an owner that knows its callers (grpo's v1 episodes in flight, each with at
+        # most one request outstanding): wait for that many requests, up to max_wait_ms
+        self.expected = expected
+        self.max_wait_s = max(0.0, float(max_wait_ms)) / 1000.0
         self._queue: queue.Queue[tuple[Job, threading.Event] | None] = queue.Queue(
             maxsize=max(1, max_pending)
         )
@@ -67,13 +81,22 @@ class Batcher:
             if item is None:
                 return
             batch = [item]
-            deadline = time.monotonic() + self.window_s
+            start = time.monotonic()
             while len(batch) < self.max_batch:
+                expected = self.expected() if self.expected is not None else None
+                if expected is not None and len(batch) >= expected:
+                    break  # every caller that will ask has asked
+                deadline = start + (self.window_s if expected is None else self.max_wait_s)
                 left = deadline - time.monotonic()
                 try:
-                    nxt = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                    if left <= 0:
+                        nxt = self._queue.get_nowait()
+                    else:  # with a hint, look again at it every few ms (callers finish meanwhile)
+                        nxt = self._queue.get(timeout=left if expected is None else min(left, 0.002))
                 except queue.Empty:
-                    break
+                    if left <= 0:
+                        break
+                    continue
                 if nxt is None:
                     self._queue.put(None)  # stop after this batch
                     break
@@ -93,6 +116,7 @@ class Batcher:
                 prompt_ids=list(j.prompt_ids),
                 seed=j.sampling.seed,
                 stop_token_ids=j.stop_token_ids,
+                conversation=None if j.session is None else ("session", j.session),
             )
             for j in jobs
         ]

@@ -66,6 +66,9 @@ class Job:
     stop_token_ids: frozenset[int] = frozenset()
     # chat only: texts that end the reply (cut after generation)
     stop_strings: tuple[str, ...] = ()
+    # the client's conversation (its X-Session-ID header): the hf backend keeps a conversation's KV
+    # cache from one request to its next, so a turn encodes only the tokens added since
+    session: str | None = None
     # filled by the worker
     result: Any = None
     error: BaseException | None = None

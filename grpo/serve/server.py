@@ -46,8 +46,9 @@ class PolicyServer:
     """Serve a token-level backend (hf: `render`, `encode`, `decode`, `generate`) over HTTP.
 
     `port=0` takes a free port (see `.url` once started). `api_key`: required from clients when
-    set; None is refused for a host that is not loopback. Use as a context manager, or
-    `start()` / `stop()`."""
+    set; None is refused for a host that is not loopback. `expected_requests`: () -> the number of
+    requests its owner expects outstanding at once (the batcher waits for that many, up to 250 ms).
+    Use as a context manager, or `start()` / `stop()`."""
 
     def __init__(
         self,
@@ -59,6 +60,7 @@ class PolicyServer:
         api_key: str | None = None,
         limits: ServeLimits | None = None,
         request_timeout_s: float | None = 600.0,
+        expected_requests: Any = None,
     ):
         if not getattr(backend, "token_level", False):
             raise UserError("the policy server needs a token-level generation backend (generation=hf)")
@@ -73,6 +75,8 @@ class PolicyServer:
         self.api_key = api_key
         self.limits = limits or ServeLimits()
         self.request_timeout_s = request_timeout_s
+        # () -> how many requests its owner expects outstanding (the batcher waits for them)
+        self.expected_requests = expected_requests
         tokenizer = getattr(backend, "tokenizer", None)
         self.vocab_size = (
             int(len(tokenizer)) if tokenizer is not None else int(backend.model.config.vocab_size)
@@ -98,10 +102,11 @@ class PolicyServer:
             max_batch=self.limits.max_batch,
             window_ms=self.limits.batch_window_ms,
             max_pending=self.limits.max_pending,
+            expected=self.expected_requests,
         )
         handler = type("Handler", (_Handler,), {"policy": self})
         try:
-            self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
+            self._httpd = _HTTPServer((self.host, self.port), handler)
         except OSError as ex:
             self.batcher.close()
             raise UserError(
@@ -131,8 +136,9 @@ class PolicyServer:
     def encode_chat(self, messages: list[dict]) -> list[int]:
         return self.backend.encode(self.backend.render(messages, add_generation_prompt=True))
 
-    def generate(self, data: dict[str, Any]) -> dict[str, Any]:
+    def generate(self, data: dict[str, Any], session: str | None = None) -> dict[str, Any]:
         job = generate_job(data, self.limits, self.vocab_size)
+        job.session = session[:200] if session else None
         self._submit(job)
         return generate_response(job, data.get("request_id") or uuid.uuid4().hex)
 
@@ -175,6 +181,13 @@ class PolicyServer:
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip(), self.api_key)
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    # the listen backlog: the stdlib's 5 drops the connections of a burst of concurrent episodes,
+    # which the client's TCP then retries only after a second
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class _Handler(BaseHTTPRequestHandler):
     policy: PolicyServer
     protocol_version = "HTTP/1.1"
@@ -214,7 +227,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
         data = parse_json(self.rfile.read(size))
         if path == "/inference/v1/generate":
-            return self.policy.generate(data)
+            return self.policy.generate(data, self.headers.get("X-Session-ID"))
         if path in ("/v1/chat/completions", "/chat/completions"):
             return self.policy.chat(data)
         raise BadRequest(404, f"no route POST {path}")

@@ -120,10 +120,23 @@ def test_the_one_way_in_builds_the_v1_adapter_and_names_its_rewards(capsys):
     assert rows[0].prompt[1]["content"].startswith("Sortera: ")
 
 
+def test_prompts_in_another_language_than_the_label_are_said_once(capsys):
+    settings = load_settings(["+env=verifiers", f"env.id={ENV_ID}", "env.args={num_tasks: 4}"])
+    env = build_env(settings.env, settings.language)  # language=en (the default): not what it is
+    env.rows("eval")
+    env.rows("train")
+    err = capsys.readouterr().err
+    assert err.count("its prompts read as sv, but language=en labels its rows") == 1
+    env_of().rows("eval")  # language=sv: nothing to say
+    assert "read as" not in capsys.readouterr().err
+
+
 def test_a_module_with_neither_api_is_refused_in_one_line(tmp_path, monkeypatch):
     (tmp_path / "vf_grpo_empty.py").write_text("X = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(UserError, match="env.id=vf-grpo-empty"):
+    with pytest.raises(
+        UserError, match="env.id=vf-grpo-empty: module 'vf_grpo_empty' exposes neither load_environment"
+    ):
         build_env(load_settings(["+env=verifiers", "env.id=vf-grpo-empty"]).env, "en")
 
 

@@ -217,7 +217,16 @@ class VerifiersEnv(Environment):
             from grpo.envs.verifiers_v1 import VerifiersV1Env, module_of, v1_taskset_class
 
             module = module_of(id)
-            if module is not None and not hasattr(module, "load_environment") and v1_taskset_class(module):
+            if (
+                module is not None
+                and not hasattr(module, "load_environment")
+                and not v1_taskset_class(module)
+            ):
+                raise UserError(
+                    f"env.id={id}: module {module.__name__!r} exposes neither load_environment (a classic "
+                    "verifiers environment) nor a verifiers.v1 Taskset subclass in its __all__ (a v1 taskset)"
+                )
+            if module is not None and not hasattr(module, "load_environment"):
                 if kwargs.pop("prompts", None):
                     raise UserError(
                         "env.prompts: a verifiers environment brings its own prompts; drop env.prompts"

@@ -177,6 +177,7 @@ class VerifiersV1Env(Environment):
         self._funcs = self._named_funcs()
         self.rubric = Rubric([RewardFunc(n, _TraceReward(self, n), w) for n, w in self._funcs])
         self._rows: dict[str, list[Row]] = {}
+        self._language_checked = False
         self._tasks: dict[tuple[str, int], Any] = {}
         self._loop = _Loop()
         # before the interpreter tears threads down (a server stopped after that waits forever)
@@ -269,7 +270,33 @@ class VerifiersV1Env(Environment):
             raise UserError(f"env.id={self.env_id}: the taskset could not load its tasks ({ex})") from ex
         if not rows:
             raise UserError(f"env.id={self.env_id}: the taskset has no tasks for {split}")
+        self._check_language(rows)
         return rows
+
+    def _check_language(self, rows: list[Row]) -> None:
+        """One line when the prompts read as another language than the one labelling the rows
+        (a taskset does not say its language; language= does)."""
+        if self._language_checked:
+            return
+        self._language_checked = True
+        from grpo.languages.identify import identify, is_language
+
+        text = " ".join(
+            m.get("content") or ""
+            for row in rows[:8]
+            for m in row.prompt
+            if isinstance(m.get("content"), str)
+        )
+        if not text.strip():
+            return
+        labels, probs = identify(text)
+        if labels and probs[0] >= 0.5 and not is_language(text, self.language):
+            print(
+                f"env.id={self.env_id}: its prompts read as {labels[0]}, but language={self.language} labels "
+                f"its rows (the per-language report, the language-consistency reward); pass language=<code> "
+                "with the language they are written in",
+                file=sys.stderr,
+            )
 
     def _task(self, row: Row) -> tuple[Any, Any]:
         for split, env in (("train", self.vf_env), ("eval", self._eval_env)):

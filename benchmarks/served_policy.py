@@ -42,7 +42,9 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=4, help="rollouts per prompt")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens-per-turn", type=int, default=48)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: stable on a shared machine)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1: stable on a shared machine)"
+    )
     args = parser.parse_args()
 
     import torch
@@ -78,11 +80,14 @@ def main() -> None:
         def env_response(self, messages, state, row: Row):
             if sum(m["role"] == "assistant" for m in messages) >= 2:
                 return None
-            return [{"role": "user", "content": sortera.FOLLOW_UP.format(extra=" och ".join(row.info["extra"]))}]
+            return [
+                {"role": "user", "content": sortera.FOLLOW_UP.format(extra=" och ".join(row.info["extra"]))}
+            ]
 
     engine_env = ScriptedUser(language="sv", name="sortera")
     engine_rows = [
-        Row(r.id, r.prompt, {**r.info, "extra": list(served_env._task(r)[0].data.extra)}, r.language) for r in rows
+        Row(r.id, r.prompt, {**r.info, "extra": list(served_env._task(r)[0].data.extra)}, r.language)
+        for r in rows
     ]
     backend = make_backend(settings.generation, None, None, settings.model)
     sampling = Sampling(temperature=1.0, top_p=1.0, max_tokens_per_turn=args.max_tokens_per_turn, seed=0)
@@ -95,7 +100,11 @@ def main() -> None:
         )
         seconds = time.perf_counter() - start
         assert all(r.num_turns == 2 for r in rollouts), "an episode did not take its two turns"
-        return seconds, sum(sum(r.env_mask) for r in rollouts), statistics.fmean(r.num_turns for r in rollouts)
+        return (
+            seconds,
+            sum(sum(r.env_mask) for r in rollouts),
+            statistics.fmean(r.num_turns for r in rollouts),
+        )
 
     for name in ("served", "in-process"):
         run(name)  # warm-up (the server starts, the renderer loads its tokenizer)
@@ -114,7 +123,9 @@ def main() -> None:
             flush=True,
         )
     batcher = served_env._server.batcher
-    print(f"server: {batcher.jobs} requests in {batcher.calls} generate calls ({batcher.jobs / batcher.calls:.1f} per call)")
+    print(
+        f"server: {batcher.jobs} requests in {batcher.calls} generate calls ({batcher.jobs / batcher.calls:.1f} per call)"
+    )
     for name in speed:
         print(f"{name:>10}: {statistics.median(speed[name]):,.0f} model tokens/s")
     print(f"ratio: {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")

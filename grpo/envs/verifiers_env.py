@@ -31,16 +31,16 @@ verifiers is imported only when the environment is built, so composing configs s
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
 import signal
 import sys
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from grpo.envs.base import Environment, Messages, Row
+from grpo.envs.loop_thread import LoopThread
 from grpo.envs.rubric import COMPLETION_FIELD, RESERVED_KEYS, STATE_FIELD, RewardFunc, Rubric
 from grpo.errors import UserError
 
@@ -101,20 +101,6 @@ def load_verifiers_env(env_id: str, args: Mapping[str, Any] | None = None) -> An
             if handler is not None:
                 signal.signal(sig, handler)
     return env
-
-
-class _Loop:
-    """A private event loop on a daemon thread: verifiers' async calls run there and the caller
-    waits, so they work from synchronous code, inside a caller's own running loop (a notebook),
-    and with objects an env binds to one loop (locks, sessions) across calls."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="grpo-verifiers", daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
 
 def _plain(messages: Any) -> Messages:
@@ -202,7 +188,7 @@ class VerifiersEnv(Environment):
         self.max_turns = min(limits) if limits else sys.maxsize
         self.multi_turn = self.max_turns > 1
         self.parser = self.vf_env.parser
-        self._loop = _Loop()
+        self._loop = LoopThread("grpo-verifiers")
         self._funcs = self._named_funcs()
         self.rubric = Rubric(
             [RewardFunc(name, _BatchedReward(self, name), float(weight)) for name, weight in self._funcs]

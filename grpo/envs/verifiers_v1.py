@@ -38,11 +38,11 @@ import logging
 import math
 import sys
 import tempfile
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grpo.envs.base import Environment, Messages, Row, int_arg
+from grpo.envs.loop_thread import LoopThread
 from grpo.envs.rubric import COMPLETION_FIELD, RESERVED_KEYS, STATE_FIELD, RewardFunc, Rubric
 from grpo.errors import UserError
 from grpo.generation.base import mix_seed
@@ -88,23 +88,6 @@ def _register_harness() -> None:
     from grpo.envs import v1_harness
 
     sys.modules.setdefault(v1_harness.HARNESS_ID, v1_harness)
-
-
-class _Loop:
-    """A private event loop on a daemon thread (episodes run there; the caller waits)."""
-
-    def __init__(self) -> None:
-        try:  # verifiers installs uvloop: its loop runs the episodes' HTTP hops faster
-            import uvloop
-
-            self.loop = uvloop.new_event_loop()
-        except ImportError:
-            self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="grpo-verifiers-v1", daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
 
 class VerifiersV1Env(Environment):
@@ -158,9 +141,8 @@ class VerifiersV1Env(Environment):
         self.eval_args = dict(eval_args or {})
         import verifiers.v1 as vf
 
-        # verifiers logs every rollout at INFO, which Hydra's root logger would print; its
-        # warnings and errors still show
-        # (and the episodes' HTTP calls, one line each)
+        # verifiers logs every rollout at INFO, and the HTTP libraries every request, which
+        # Hydra's root logger would print; their warnings and errors still show
         for noisy in ("verifiers", "httpx", "aiohttp.access"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         self.vf = vf
@@ -179,7 +161,7 @@ class VerifiersV1Env(Environment):
         self._rows: dict[str, list[Row]] = {}
         self._language_checked = False
         self._tasks: dict[tuple[str, int], Any] = {}
-        self._loop = _Loop()
+        self._loop = LoopThread("grpo-verifiers-v1", fast=True)
         # before the interpreter tears threads down (a server stopped after that waits forever)
         atexit.register(self.close)
         self._server: Any = None
@@ -356,19 +338,30 @@ class VerifiersV1Env(Environment):
         semaphore = asyncio.Semaphore(self.max_concurrent)
         envs = {id(env): env for *_, env in jobs}
         out: list[Any] = [None] * len(jobs)
-        async with contextlib.AsyncExitStack() as stack:
-            for env in envs.values():
-                await stack.enter_async_context(env.serving())
+        bar = None
+        if progress:  # episodes run in lockstep here too, but each ends on its own: count them
+            from tqdm.auto import tqdm
 
-            async def one(i: int, task: Any, env: Any) -> None:
-                async with semaphore:
-                    self._in_flight += 1
-                    try:
-                        out[i] = await env.run_episode(task, contexts[i])
-                    finally:
-                        self._in_flight -= 1
+            bar = tqdm(total=len(jobs), desc="episodes", unit="episode", leave=False)
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                for env in envs.values():
+                    await stack.enter_async_context(env.serving())
 
-            await asyncio.gather(*(one(i, task, env) for i, (_, _, task, env) in enumerate(jobs)))
+                async def one(i: int, task: Any, env: Any) -> None:
+                    async with semaphore:
+                        self._in_flight += 1
+                        try:
+                            out[i] = await env.run_episode(task, contexts[i])
+                        finally:
+                            self._in_flight -= 1
+                            if bar is not None:
+                                bar.update(1)
+
+                await asyncio.gather(*(one(i, task, env) for i, (_, _, task, env) in enumerate(jobs)))
+        finally:
+            if bar is not None:
+                bar.close()
         return out
 
     def _context(self, backend: Any, sampling: Any, budget: int | None) -> Any:

@@ -66,6 +66,7 @@ def _openai(
         max_retries=gen_cfg.max_retries,
         chat_template_kwargs=model_cfg.chat_template_kwargs,
         extra_body=gen_cfg.extra,
+        api_key_var=gen_cfg.api_key_var,
     )
 
 

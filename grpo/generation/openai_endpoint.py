@@ -41,10 +41,13 @@ class OpenAIBackend:
         max_retries: int = 3,
         chat_template_kwargs: dict[str, Any] | None = None,
         extra_body: dict[str, Any] | None = None,
+        api_key_var: str | None = None,
     ):
         self.base_url = base_url
         self.model = model
         self._api_key = api_key
+        # the NAME of the variable holding the key (clients that read the key themselves: v1 envs)
+        self.api_key_var = api_key_var
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
         self.max_retries = max_retries

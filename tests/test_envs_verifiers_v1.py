@@ -177,6 +177,7 @@ def test_an_episode_past_its_deadline_is_counted_and_dropped(capsys):
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_two_grpo_steps_with_the_served_policy_mask_the_users_turns(tmp_path):
+    from grpo.models import render_chat
     from grpo.train.trainer import build_trainer
 
     # the SFT'd small model ends its turns (a random one never does, and a turn cut without its
@@ -217,6 +218,11 @@ def test_two_grpo_steps_with_the_served_policy_mask_the_users_turns(tmp_path):
         trace = r.state["v1_trace"]
         if trace.num_branches != 1:
             continue  # a re-tokenised history: the last branch alone is trained (documented rule)
+        # the client rendered the prompt with the policy's own template, as grpo's engine does
+        text = render_chat(
+            tokenizer, r.row.prompt, settings.model.chat_template_kwargs, add_generation_prompt=True
+        )
+        assert r.prompt_ids == tokenizer(text, add_special_tokens=False)["input_ids"]
         # the mask selects exactly the model's tokens: each run of 1s is one model turn, in order
         runs, current = [], []
         for tok, m in zip(r.completion_ids, r.env_mask, strict=True):

@@ -143,7 +143,7 @@ class VerifiersV1Env(Environment):
 
         # verifiers logs every rollout at INFO, and the HTTP libraries every request, which
         # Hydra's root logger would print; their warnings and errors still show
-        for noisy in ("verifiers", "httpx", "aiohttp.access"):
+        for noisy in ("verifiers", "renderers", "httpx", "aiohttp.access"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
         self.vf = vf
         _register_harness()
@@ -383,9 +383,17 @@ class VerifiersV1Env(Environment):
         model = getattr(backend, "served_model", None) or "grpo-policy"
         if url is None:
             url, model = self._serve(backend), "grpo-policy"
+        from renderers.configs import DefaultRendererConfig
+
+        # the policy's own chat template (and model.chat_template_kwargs), exactly as grpo's engine
+        # renders it: the renderers package's DefaultRenderer over the saved tokenizer
+        template_kwargs = dict(getattr(backend, "chat_template_kwargs", None) or {})
+        if template_kwargs:
+            sampling_cfg = sampling_cfg.model_copy(update={"chat_template_kwargs": template_kwargs})
         client = vf.TrainClientConfig(
             base_url=url.rstrip("/") + "/v1",
             api_key_var="GRPO_POLICY_SERVER_KEY",
+            renderer=DefaultRendererConfig(),
             renderer_model_name=self._renderer_model(backend),
             multiplex=MULTIPLEX,
         )

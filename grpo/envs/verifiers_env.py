@@ -39,7 +39,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from grpo.envs.base import Environment, Messages, Row
+from grpo.envs.base import Messages, Row
+from grpo.envs.loaded_rows import LoadedRowsEnv
 from grpo.envs.loop_thread import LoopThread
 from grpo.envs.rubric import COMPLETION_FIELD, RESERVED_KEYS, STATE_FIELD, RewardFunc, Rubric
 from grpo.errors import UserError
@@ -121,7 +122,7 @@ def _reward_funcs(vf: Any, rubric: Any) -> list[tuple[Any, Any, float]]:
     return [(rubric, func, weight) for func, weight in zip(rubric.funcs, rubric.weights, strict=True)]
 
 
-class VerifiersEnv(Environment):
+class VerifiersEnv(LoadedRowsEnv):
     """A loaded verifiers MultiTurnEnv (SingleTurnEnv included) as a grpo Environment.
 
     One way in: when the installed module holds a verifiers v1 taskset (it exports a
@@ -162,12 +163,7 @@ class VerifiersEnv(Environment):
                 f"language={self.language}: a verifiers environment runs its own prompts as they are, and "
                 "language= does not apply to it; drop the language override (en labels its rows)"
             )
-        self.limits = {
-            "train": None
-            if num_train_examples is None
-            else int_arg("num_train_examples", num_train_examples, 1),
-            "eval": None if num_eval_examples is None else int_arg("num_eval_examples", num_eval_examples, 1),
-        }
+        self._set_limits(num_train_examples, num_eval_examples)
         self.env_id, self.env_args = id, dict(args or {})
         vf = self.vf = _import_verifiers()
         self.vf_env = load_verifiers_env(id, self.env_args)
@@ -193,7 +189,6 @@ class VerifiersEnv(Environment):
         self.rubric = Rubric(
             [RewardFunc(name, _BatchedReward(self, name), float(weight)) for name, weight in self._funcs]
         )
-        self._rows: dict[str, list[Row]] = {}
         # the datasets' own columns: a row's verifiers input is its info without grpo's keys
         self._columns: set[str] = set()
 
@@ -235,17 +230,9 @@ class VerifiersEnv(Environment):
         return named
 
     # ---- dataset -------------------------------------------------------------------------
-    def rows(self, split: str = "train", n: int | None = None) -> list[Row]:
-        """The first n rows of the env's dataset for `split` (eval: its eval_dataset, else its
-        dataset), in the env's order; Row.id is the row's example_id."""
-        if split not in self.limits:
-            raise ValueError(f"unknown split {split!r}: use 'train' or 'eval'")
-        if split not in self._rows:
-            self._rows[split] = self._load_rows(split)
-        rows = self._rows[split]
-        return list(rows if n is None else rows[:n])
-
     def _load_rows(self, split: str) -> list[Row]:
+        """The env's dataset for `split` (eval: its eval_dataset, else its dataset), in its
+        order; Row.id is the row's example_id."""
         env = self.vf_env
         try:
             dataset = env.get_dataset() if split == "train" else env.get_eval_dataset()

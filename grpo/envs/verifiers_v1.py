@@ -41,7 +41,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from grpo.envs.base import Environment, Messages, Row, int_arg
+from grpo.envs.base import Messages, Row, int_arg
+from grpo.envs.loaded_rows import LoadedRowsEnv
 from grpo.envs.loop_thread import LoopThread
 from grpo.envs.rubric import COMPLETION_FIELD, RESERVED_KEYS, STATE_FIELD, RewardFunc, Rubric
 from grpo.errors import UserError
@@ -90,7 +91,7 @@ def _register_harness() -> None:
     sys.modules.setdefault(v1_harness.HARNESS_ID, v1_harness)
 
 
-class VerifiersV1Env(Environment):
+class VerifiersV1Env(LoadedRowsEnv):
     """A verifiers v1 taskset (and the Env its package exports, else verifiers' single-agent one).
 
     `args`: the taskset's config fields (TasksetConfig subclass); `eval_args`: fields that differ
@@ -120,12 +121,7 @@ class VerifiersV1Env(Environment):
                 "language=mix: a v1 taskset's prompts are in the language its author wrote them in; "
                 "name that one language (language=<code>) to label its rows"
             )
-        self.limits = {
-            "train": None
-            if num_train_examples is None
-            else int_arg("num_train_examples", num_train_examples, 1),
-            "eval": None if num_eval_examples is None else int_arg("num_eval_examples", num_eval_examples, 1),
-        }
+        self._set_limits(num_train_examples, num_eval_examples)
         self.max_concurrent = int_arg("max_concurrent", max_concurrent, 1)
         if timeout_s is not None and not (
             isinstance(timeout_s, int | float) and math.isfinite(timeout_s) and timeout_s > 0
@@ -158,7 +154,6 @@ class VerifiersV1Env(Environment):
             )
         self._funcs = self._named_funcs()
         self.rubric = Rubric([RewardFunc(n, _TraceReward(self, n), w) for n, w in self._funcs])
-        self._rows: dict[str, list[Row]] = {}
         self._language_checked = False
         self._tasks: dict[tuple[str, int], Any] = {}
         self._loop = LoopThread("grpo-verifiers-v1", fast=True)
@@ -219,14 +214,6 @@ class VerifiersV1Env(Environment):
         return [(_PREFIX + n if n in RESERVED_KEYS else n, w) for n, w in named]
 
     # ---- rows --------------------------------------------------------------------------------
-    def rows(self, split: str = "train", n: int | None = None) -> list[Row]:
-        if split not in self.limits:
-            raise ValueError(f"unknown split {split!r}: use 'train' or 'eval'")
-        if split not in self._rows:
-            self._rows[split] = self._load_rows(split)
-        rows = self._rows[split]
-        return list(rows if n is None else rows[:n])
-
     def _load_rows(self, split: str) -> list[Row]:
         taskset = (self._eval_env if split == "eval" else self.vf_env).taskset
         limit = self.limits[split]

@@ -176,6 +176,35 @@ def test_an_episode_past_its_deadline_is_counted_and_dropped(capsys):
 
 
 @pytest.mark.usefixtures("one_torch_thread")
+def test_a_trace_with_two_branches_trains_its_last_one():
+    """The random tiny model's turns stop at the token limit, so the client cannot extend the
+    token history and re-renders it: a second branch. The documented rule: the last branch is the
+    training row (turn 1 is in its prompt, unmasked), the first one's sampled tokens are counted."""
+    from grpo.generation import make_backend
+
+    settings = load_settings(BASE)
+    env = build_env(settings.env, settings.language)
+    backend = make_backend(settings.generation, None, None, settings.model)
+    sampling = Sampling(temperature=1.0, max_tokens_per_turn=8, seed=0)
+    rollouts = run_rollouts(env, env.rows("train", 2), backend, rollouts_per_row=2, sampling=sampling)
+    split = [r for r in rollouts if r.state["v1_trace"].num_branches == 2]
+    assert split, "expected a re-rendered history"
+    assert (
+        env.dropped_branch_tokens >= sum(sum(r.state["v1_trace"].branches[0].sampled_mask) for r in split) > 0
+    )
+    for r in split:
+        first, last = r.state["v1_trace"].branches
+        assert r.prompt_ids + r.completion_ids == list(last.token_ids)
+        # the second turn only: its own sampled tokens, none of the first branch's
+        assert 1 <= sum(r.env_mask) == sum(last.sampled_mask) <= 8
+        assert sum(first.sampled_mask) >= 1
+        assert [m["role"] for m in r.completion] == ["assistant", "user", "assistant"]
+    # seeded: the same rollouts again
+    again = run_rollouts(env, env.rows("train", 2), backend, rollouts_per_row=2, sampling=sampling)
+    assert [r.completion_ids for r in again] == [r.completion_ids for r in rollouts]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
 def test_two_grpo_steps_with_the_served_policy_mask_the_users_turns(tmp_path):
     from grpo.models import render_chat
     from grpo.train.trainer import build_trainer

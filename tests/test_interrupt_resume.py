@@ -360,3 +360,21 @@ def test_ctrl_c_outside_training_stops_at_once_and_says_what_to_run(tmp_path):
         + shlex.join(overrides)
     )
     assert "Traceback" not in err
+
+
+def test_a_signal_landing_in_a_finalizer_still_stops_the_run():
+    """Python drops an exception raised inside a __del__; a Ctrl-C that lands in one (a garbage
+    collection during evaluation) is delivered again instead of being lost."""
+    from grpo.run.interrupt import Interrupted, handle_signals
+
+    class SignalsWhileFinalized:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # the handler runs inside this __del__
+
+    started = time.monotonic()
+    with pytest.raises(Interrupted) as info, handle_signals():
+        SignalsWhileFinalized()  # finalized at once (its last reference is gone)
+        while time.monotonic() - started < 5:
+            time.sleep(0.01)
+    assert info.value.signum == signal.SIGINT and info.value.at_once
+    assert time.monotonic() - started < 2

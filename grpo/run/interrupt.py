@@ -9,7 +9,8 @@
 The first SIGINT or SIGTERM while a trainer runs only sets `stop.signum`: the trainer finishes its
 current step, saves a checkpoint (marked complete as any other, grpo/run/checkpoints.py), and the stage
 raises `Interrupted` (with the step) when `trainer.train()` returns. Outside a trainer (loading,
-evaluation) there is no step to finish, so the first signal raises `Interrupted` at once. A second
+evaluation) there is no step to finish, so the first signal raises `Interrupted` at once (when it
+lands inside a `__del__`, whose exceptions Python drops, it is delivered again 50 ms later). A second
 signal always raises at once: a save it cuts short never gets its completion marker, so the latest
 complete checkpoint stays the one a resume picks.
 
@@ -99,6 +100,11 @@ def handle_signals() -> Iterator[StopRequest]:
             )
             return
         stop.signum = stop.signum or signum
+        if _in_finalizer(frame):
+            # Python prints and drops an exception raised inside a __del__ (a garbage collection
+            # the signal happened to land in): deliver the signal again in a moment instead
+            threading.Timer(0.05, signal.raise_signal, (signum,)).start()
+            return
         raise Interrupted(signum, stop.stage or stop.phase, stop.step, at_once=True)
 
     previous = {s: signal.getsignal(s) for s in SIGNALS}
@@ -111,6 +117,15 @@ def handle_signals() -> Iterator[StopRequest]:
         _current = None
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def _in_finalizer(frame: Any) -> bool:
+    """Whether the interrupted code runs inside a __del__ (whose exceptions Python drops)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def enter_stage(stage: str) -> None:

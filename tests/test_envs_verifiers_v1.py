@@ -270,3 +270,12 @@ def test_two_grpo_steps_with_the_served_policy_mask_the_users_turns(tmp_path):
         assert r.completion[1]["content"] in unmasked
         checked += 1
     assert checked >= 1
+
+
+def test_runs_of_an_env_named_by_its_id_land_in_its_own_experiment():
+    from grpo.tracking.store import experiment_name
+
+    for env_id in ("someorg/vf-my-env@1.0", "vf-my-env"):
+        assert experiment_name(load_settings(["+env=verifiers", f"env.id={env_id}"])) == "grpo-vf-my-env"
+    named = load_settings(["+env=verifiers", "env.id=vf-my-env", "env.name=mine"])
+    assert experiment_name(named) == "grpo-mine"

@@ -123,7 +123,10 @@ def experiment_name(settings: GrpoConfig) -> str:
     """tracking.experiment, else one experiment per environment."""
     if settings.tracking.experiment:
         return settings.tracking.experiment
-    name = (settings.env or {}).get("name")
+    env = settings.env or {}
+    name = env.get("name")
+    if not name and env.get("id"):  # an env named by an id (verifiers: org/my-env@1.0 -> my-env)
+        name = str(env["id"]).rsplit("/", 1)[-1].split("@", 1)[0]
     return f"grpo-{name}" if name else "grpo"
 
 

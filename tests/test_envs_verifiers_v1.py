@@ -118,6 +118,9 @@ def test_the_one_way_in_builds_the_v1_adapter_and_names_its_rewards(capsys):
         {"role": "user", "content": rows[0].prompt[1]["content"]},
     ]
     assert rows[0].prompt[1]["content"].startswith("Sortera: ")
+    # every v1 env of the process runs on one event loop (verifiers' process-wide asyncio state
+    # binds to the first loop using it: a second env on its own loop failed its model calls)
+    assert env_of()._loop is env._loop
 
 
 def test_prompts_in_another_language_than_the_label_are_said_once(capsys):

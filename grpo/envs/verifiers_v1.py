@@ -91,6 +91,19 @@ def _register_harness() -> None:
     sys.modules.setdefault(v1_harness.HARNESS_ID, v1_harness)
 
 
+_LOOP: LoopThread | None = None
+
+
+def _episode_loop() -> LoopThread:
+    """The one event loop every v1 environment of the process runs its episodes on: verifiers and
+    its renderers keep process-wide asyncio state (locks, pools) that binds to the first loop
+    using it, so a second loop (a second environment) would fail on it."""
+    global _LOOP
+    if _LOOP is None:
+        _LOOP = LoopThread("grpo-verifiers-v1", fast=True)
+    return _LOOP
+
+
 class VerifiersV1Env(LoadedRowsEnv):
     """A verifiers v1 taskset (and the Env its package exports, else verifiers' single-agent one).
 
@@ -156,7 +169,7 @@ class VerifiersV1Env(LoadedRowsEnv):
         self.rubric = Rubric([RewardFunc(n, _TraceReward(self, n), w) for n, w in self._funcs])
         self._language_checked = False
         self._tasks: dict[tuple[str, int], Any] = {}
-        self._loop = LoopThread("grpo-verifiers-v1", fast=True)
+        self._loop = _episode_loop()
         # before the interpreter tears threads down (a server stopped after that waits forever)
         atexit.register(self.close)
         self._server: Any = None

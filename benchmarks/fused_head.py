@@ -3,7 +3,7 @@
 One SFT micro-batch of the See it learn recipe (+experiment=alphabet_sort_cpu: model=small, 32
 one-turn alphabet-sort demonstrations, the loss on the assistant's tokens only) through TRL's fused
 log-prob head, forward and backward: TRL's own CPU path (every position projected through the LM
-head, the unlabelled ones zeroed afterwards) against grpo.trl_support's switch (only the labelled
+head, the unlabelled ones zeroed afterwards) against grpo.trl_adapter.devices' switch (only the labelled
 positions projected). Rounds alternate which side goes first; the ratio is the median of the
 per-round ratios (full seconds over compact seconds), with the min-max.
 
@@ -28,19 +28,19 @@ BATCH = 32
 
 def main(rounds: int) -> None:
     import torch
-    import trl.trainer.utils as trl_utils
 
     from grpo.compose import load_settings
     from grpo.envs import build_env
     from grpo.models import load_policy
     from grpo.sft.data import env_demonstrations
     from grpo.sft.train import build_sft_trainer, prepare_examples
-    from grpo.trl_support import score_labelled_positions_on_cpu
+    from grpo.trl_adapter.devices import score_labelled_positions_on_cpu
+    from grpo.trl_adapter.internals import fused_head_switch, set_fused_head_switch
 
     torch.set_num_threads(int(os.environ.get("GRPO_BENCH_THREADS", "1")))
-    full_switch = trl_utils._use_triton
+    full_switch = fused_head_switch()
     score_labelled_positions_on_cpu()
-    compact_switch = trl_utils._use_triton
+    compact_switch = fused_head_switch()
     settings = load_settings(["+experiment=alphabet_sort_cpu", "tracking=none"])
     env = build_env(settings.env, settings.language)
     model, tokenizer = load_policy(settings.model)
@@ -51,7 +51,7 @@ def main(rounds: int) -> None:
     labelled = (batch["labels"][:, 1:] != -100).float().mean().item()
 
     def step(switch) -> float:
-        trl_utils._use_triton = switch
+        set_fused_head_switch(switch)
         model.zero_grad()
         start = time.perf_counter()
         out = model(**batch, fused_lm_head=True)
@@ -66,7 +66,7 @@ def main(rounds: int) -> None:
         full.append(seconds[full_switch])
         compact.append(seconds[compact_switch])
         ratios.append(full[-1] / compact[-1])
-    trl_utils._use_triton = compact_switch
+    set_fused_head_switch(compact_switch)
     print(
         f"SFT step on {settings.model.name} ({BATCH} x {batch['input_ids'].shape[1]} tokens, "
         f"{labelled:.0%} labelled), forward + backward, {torch.get_num_threads()} thread(s), {rounds} rounds"

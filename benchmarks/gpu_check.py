@@ -127,7 +127,7 @@ def _settings(overrides: list[str]):
 def run_grpo(name: str, overrides: list[str], out: Path) -> Result:
     from grpo.envs import build_env
     from grpo.train.trainer import build_trainer
-    from grpo.trl_support import run_trainer
+    from grpo.trl_adapter.trainer import run_trainer
 
     settings = _settings(overrides)
     meter = step_meter()

@@ -140,7 +140,7 @@ def run_stages(
     from grpo.cli.checks import check_built_env
     from grpo.envs import build_env
     from grpo.tracking import make_tracker
-    from grpo.trl_support import quiet_library_notices
+    from grpo.trl_adapter.logs import quiet_library_notices
 
     quiet_library_notices()  # before any model loads: no weight-loading bars
 

@@ -1,4 +1,4 @@
-"""`python -m grpo.compare` on a real MLflow SQLite store holding sweeps (parent + child runs)."""
+"""`python -m grpo.cli.compare` on a real MLflow SQLite store holding sweeps (parent + child runs)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from mlflow.entities import Metric
 
 from grpo.cli.compare import main
 from grpo.tracking.store import make_client
-from grpo.tracking.summary import best_point, final_reward
+from grpo.tracking.sweep_comparison import best_point, final_reward
 
 # job -> (varied overrides, status, train/reward per step, baseline, final)
 JOBS = {

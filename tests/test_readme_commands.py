@@ -218,11 +218,11 @@ def test_readme_command(command, clone, quick_runs, monkeypatch):
     # the small tools
     if module == "grpo.tracking.sync":
         command = command.replace(argv[3], str(clone["run"]))
-    if module == "grpo.compare" and len(argv) > 3:
-        proc = _run(clone["root"], "python -m grpo.compare --help")
+    if module == "grpo.cli.compare" and len(argv) > 3:
+        proc = _run(clone["root"], "python -m grpo.cli.compare --help")
     else:
         proc = _run(clone["root"], command)
-    if module == "grpo.compare" and proc.returncode == 2:
+    if module == "grpo.cli.compare" and proc.returncode == 2:
         # no sweep in a new clone's store yet: one line that says what to run first
         assert (
             proc.stderr.strip()

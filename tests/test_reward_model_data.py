@@ -230,9 +230,9 @@ def test_synthetic_cli_writes_a_jsonl_the_loader_accepts(tmp_path, capsys):
     assert len(pairs) == 12 and all(p.meta["severity"] == 1.0 for p in pairs)
 
 
-@pytest.mark.parametrize("command", ["grpo.cli.synthetic", "grpo.reward_model.synthetic"])
-def test_the_synthetic_command_runs_under_its_name_and_its_older_one(tmp_path, command):
-    """A real process: the command in the front door, and the path it had before (a shim)."""
+def test_the_synthetic_command_writes_pairs_and_refuses_an_unknown_env(tmp_path):
+    """A real process: `python -m grpo.cli.synthetic`."""
+    command = "grpo.cli.synthetic"
     out = tmp_path / "prefs.jsonl"
     args = [str(out), "+env=arithmetic", "reward_model.data.synthetic.n=4"]
     done = subprocess.run(

@@ -13,6 +13,7 @@ from packaged_env import packaged_env
 
 from grpo.compose import load_settings
 from grpo.envs.alphabet_sort import AlphabetSortEnv
+from grpo.envs.rubric import COMPLETION_FIELD
 from grpo.errors import UserError
 from grpo.reward_model.backbone import RMMeta, build_backbone, save_reward_model
 from grpo.reward_model.calibration import Calibration
@@ -20,7 +21,6 @@ from grpo.reward_model.scoring import SequenceEncoder, score_ids
 from grpo.reward_model.synthetic import synthetic_pairs
 from grpo.rewards import build_rewards, rubric_reward_funcs
 from grpo.rewards.learned import RewardModelScorer, combine_scores, learned_reward_funcs
-from grpo.rewards.rubric import COMPLETION_FIELD
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -16,7 +16,7 @@ import pytest
 from mlflow import MlflowClient
 
 from grpo.compose import compose
-from grpo.tracking.summary import child_runs
+from grpo.tracking.sweep_comparison import child_runs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -123,7 +123,7 @@ def test_grid_sweep_in_two_parallel_jobs_logs_one_parent_and_a_child_per_job(tmp
     cmp = run(
         ["--uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--out", str(out_png), "--no-log"],
         tmp_path,
-        "grpo.compare",
+        "grpo.cli.compare",
     )
     assert cmp.returncode == 0, cmp.stderr
     table = [line.split() for line in cmp.stdout.splitlines() if line.startswith(("0 ", "1 "))]

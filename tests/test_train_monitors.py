@@ -362,7 +362,7 @@ def test_completions_cut_by_the_token_limit_earn_nothing_and_get_no_gradient_by_
 
 def test_the_truncated_reward_replaces_the_score_of_every_reward_function():
     from grpo.envs.rubric import COMPLETION_FIELD, TRUNCATED_FIELD, RewardFunc
-    from grpo.rewards.rubric import rubric_reward_funcs
+    from grpo.rewards.reward_funcs import rubric_reward_funcs
 
     def length(completion=None, **_):
         return min(1.0, len(completion[-1]["content"]) / 10)

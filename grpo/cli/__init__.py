@@ -3,9 +3,9 @@
     preflight.py     `python -m grpo`'s command line checked before Hydra runs it: one line, exit 2
     checks.py        the cross-field rules of a run's settings, the one place they are checked
     output_check.py  can the run write its outputs and its MLflow store?
-    compare.py       `python -m grpo.compare`: a sweep's jobs side by side, without the MLflow UI
+    compare.py       `python -m grpo.cli.compare`: a sweep's jobs side by side, without the MLflow UI
     synthetic.py     `python -m grpo.cli.synthetic OUT.jsonl ...`: synthetic preference pairs
 
-May import every package below the stages; nothing but the entry point and grpo/compare.py
-imports it. Light: importing it imports no torch.
+May import every package below the stages; nothing but the entry point and the stages import
+it. Light: importing it imports no torch.
 """

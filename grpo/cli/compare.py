@@ -1,8 +1,8 @@
 """Compare the jobs of a sweep without the MLflow UI.
 
-    python -m grpo.compare                       # the latest sweep in outputs/mlflow.db
-    python -m grpo.compare --sweep PARENT_RUN_ID --uri sqlite:///abs/path/mlflow.db
-    python -m grpo.compare --experiment grpo-alphabet_sort --metric train/reward
+    python -m grpo.cli.compare                   # the latest sweep in outputs/mlflow.db
+    python -m grpo.cli.compare --sweep PARENT_RUN_ID --uri sqlite:///abs/path/mlflow.db
+    python -m grpo.cli.compare --experiment grpo-alphabet_sort --metric train/reward
 
 Prints one row per job (the overrides that vary, status, baseline and final evaluation reward,
 the step with the best training reward) and writes a PNG of every job's reward curve, which is
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo.errors import UserError
-from grpo.tracking.summary import (
+from grpo.tracking.sweep_comparison import (
     DEFAULT_METRIC,
     PNG_NAME,
     child_runs,
@@ -72,7 +72,7 @@ def find_sweep(client: Any, sweep: str | None, experiment: str | None) -> Any:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m grpo.compare", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m grpo.cli.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweep", help="parent run id of the sweep (default: the latest sweep)")
     parser.add_argument(
         "--uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///outputs/mlflow.db)"

@@ -5,7 +5,6 @@
 
 The command line is composed and checked as `python -m grpo` checks it (one line and exit 2 on a
 problem); the pairs are those the reward_model stage would make (grpo/reward_model/synthetic.py).
-`python -m grpo.reward_model.synthetic ...`, the command's older name, runs the same.
 """
 
 from __future__ import annotations

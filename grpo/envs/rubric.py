@@ -1,5 +1,5 @@
 """Rubrics: named, weighted reward functions, and the one policy that turns what a reward function
-returns into a score. Training (grpo/rewards/rubric.py, TRL's reward functions) and evaluation
+returns into a score. Training (grpo/rewards/reward_funcs.py, TRL's reward functions) and evaluation
 (`Rubric.score`, grpo/evaluation/evaluator.py) both score through `score_reward`, so a reward means the same
 in both.
 

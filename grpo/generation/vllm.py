@@ -2,8 +2,8 @@
 
 Two modes, as in TRL:
 - vllm_colocate: a vLLM engine inside the training process, sharing its GPU. During training it is
-  the engine TRL's GRPOTrainer creates (`trainer.vllm_generation.llm`), whose weights TRL syncs
-  from the policy before every generation step.
+  the engine TRL's GRPOTrainer creates (grpo/trl_adapter/internals.py: `vllm_engine`), whose
+  weights TRL syncs from the policy before every generation step.
 - vllm_server: a vLLM server on another GPU, started beforehand (README):
       VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 vllm serve Qwen/Qwen3-0.6B --port 8000 \\
           --weight-transfer-config '{"backend": "nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1
@@ -33,6 +33,7 @@ from typing import Any
 
 from grpo.config import GenerationConfig, ModelConfig
 from grpo.generation.base import ChatTokenizerSide, GenRequest, GenResult, Sampling
+from grpo.trl_adapter.internals import VllmEngine, vllm_logprobs, vllm_server_client
 
 # the engine of the last GRPOTrainer built with vLLM in this process (see use_trainer_engine)
 _TRAINER_ENGINE: dict[str, Any] = {}
@@ -109,7 +110,6 @@ class VLLMBackend(ChatTokenizerSide):
     def _generate_colocate(
         self, requests: Sequence[GenRequest], sampling: Sampling
     ) -> tuple[list[list[int]], list[list[float]]]:
-        from trl.generation.vllm_generation import extract_logprobs
         from vllm import SamplingParams
 
         base = self._sampling_kwargs(sampling)
@@ -126,7 +126,7 @@ class VLLMBackend(ChatTokenizerSide):
         prompts = [{"prompt_token_ids": list(r.prompt_ids or ())} for r in requests]
         outputs = self.llm.generate(prompts, sampling_params=params, use_tqdm=False)
         ids = [list(out.outputs[0].token_ids) for out in outputs]
-        logprobs, logprob_ids = extract_logprobs(outputs)
+        logprobs, logprob_ids = vllm_logprobs(outputs)
         return ids, _sampled_logprobs(ids, logprobs, logprob_ids)
 
     def _generate_server(
@@ -190,27 +190,23 @@ def _sampled_logprobs(
 
 
 def trainer_backend(
-    vllm_generation: Any, tokenizer: Any, model_cfg: ModelConfig, eos_token_ids: Sequence[int]
+    engine: VllmEngine, tokenizer: Any, model_cfg: ModelConfig, eos_token_ids: Sequence[int]
 ) -> VLLMBackend:
-    """The backend over a GRPOTrainer's vLLM engine (`trainer.vllm_generation`). TRL syncs the
-    policy's weights into it before each generation step, so rollouts sample the current policy."""
-    if vllm_generation.mode == "colocate":
+    """The backend over a GRPOTrainer's vLLM engine (grpo/trl_adapter/internals.py: `vllm_engine`).
+    TRL syncs the policy's weights into it before each generation step, so rollouts sample the
+    current policy."""
+    if engine.mode == "colocate":
         return VLLMBackend(
             tokenizer,
-            llm=vllm_generation.llm,
+            llm=engine.llm,
             chat_template_kwargs=model_cfg.chat_template_kwargs,
             eos_token_ids=eos_token_ids,
         )
     # TRL keeps its client (and the weight-sync channel) on the main process only; other
     # processes generate through a client of their own (generation needs no weight channel).
-    client = getattr(vllm_generation, "vllm_client", None)
+    client = engine.client
     if client is None:
-        client = _server_client(
-            vllm_generation.server_base_url,
-            vllm_generation.server_host,
-            vllm_generation.server_port,
-            vllm_generation.server_timeout,
-        )
+        client = vllm_server_client(engine.base_url, engine.host, engine.port, engine.timeout)
     return VLLMBackend(
         tokenizer,
         client=client,
@@ -219,15 +215,9 @@ def trainer_backend(
     )
 
 
-def use_trainer_engine(vllm_generation: Any, eos_token_ids: Sequence[int]) -> None:
+def use_trainer_engine(engine: VllmEngine, eos_token_ids: Sequence[int]) -> None:
     """Make later evaluations in this process generate with a trainer's engine (trained weights)."""
-    _TRAINER_ENGINE.update(engine=vllm_generation, eos=tuple(eos_token_ids))
-
-
-def _server_client(base_url: str | None, host: str, port: int, timeout_s: float) -> Any:
-    from trl.generation.vllm_client import VLLMClient
-
-    return VLLMClient(base_url=base_url, host=host, server_port=port, connection_timeout=timeout_s)
+    _TRAINER_ENGINE.update(engine=engine, eos=tuple(eos_token_ids))
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -308,7 +298,7 @@ def make_server_backend(
     if reused is not None:
         return reused
     tokenizer = _tokenizer(tokenizer, model_cfg)
-    client = _server_client(server_base_url(gen_cfg), gen_cfg.host, gen_cfg.port, gen_cfg.timeout_s)
+    client = vllm_server_client(server_base_url(gen_cfg), gen_cfg.host, gen_cfg.port, gen_cfg.timeout_s)
     return VLLMBackend(
         tokenizer,
         client=client,

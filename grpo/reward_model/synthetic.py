@@ -367,11 +367,3 @@ def pairs_from_config(settings: GrpoConfig) -> list[PreferencePair]:
         corruptions=list(syn.corruptions),
         seed=settings.reward_model.data.seed,
     )
-
-
-if __name__ == "__main__":
-    # the command's older name, `python -m grpo.reward_model.synthetic ...`: it runs the command
-    # at its new name as `python -m` would (runpy runs a module as a program without importing it)
-    import runpy
-
-    runpy.run_module("grpo.cli.synthetic", run_name="__main__", alter_sys=True)

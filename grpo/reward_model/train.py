@@ -56,7 +56,9 @@ from grpo.run.layout import (
     RunLayout,
 )
 from grpo.tracking.base import NullTracker, Tracker, best_effort
-from grpo.trl_support import build_trl_config, make_trainer, run_trainer
+from grpo.trl_adapter.config import build_trl_config
+from grpo.trl_adapter.internals import preference_collator
+from grpo.trl_adapter.trainer import make_trainer, run_trainer
 
 METRIC_PREFIX = "rm/"
 # RewardConfig fields the stage decides (reward_model.training.extra may not override them)
@@ -267,9 +269,8 @@ def reward_config(settings: GrpoConfig, output_dir: Path) -> Any:
 
 def _collator(pad_token_id: int, with_language: bool) -> Any:
     import torch
-    from trl.trainer.reward_trainer import DataCollatorForPreference
 
-    base = DataCollatorForPreference(pad_token_id=pad_token_id)
+    base = preference_collator(pad_token_id)
 
     def collate(examples: list[dict[str, Any]]) -> dict[str, Any]:
         batch = base(examples)

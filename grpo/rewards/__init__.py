@@ -6,6 +6,11 @@
     rewards.learned         # a learned RM's scores: evaluation's score columns
     rewards.language_score  # the wrong-language monitor's scorer (non-English runs)
 
+    reward_funcs.py  the TRL reward-function adapter over an env rubric (grpo/envs/rubric.py)
+    consistency.py   the language-consistency reward and the wrong-language monitor's scorer
+    learned.py       trained reward models as GRPO rewards: batched scoring, ensembles
+    advantages.py    GRPO advantages of a batch, as TRL computes them
+
 Every reward is a named, weighted `grpo.envs.rubric.RewardFunc`; training turns them into TRL
 reward functions with `rubric_reward_funcs`, evaluation scores with them directly, both under the
 one safe-reward policy of grpo/envs/rubric.py. A run's rewards are built once, after its
@@ -25,7 +30,7 @@ from typing import Any
 from grpo.envs.rubric import RewardFunc
 from grpo.errors import UserError
 from grpo.rewards.consistency import consistency_reward_funcs, language_monitor
-from grpo.rewards.rubric import RubricReward, rubric_reward_funcs
+from grpo.rewards.reward_funcs import RubricReward, rubric_reward_funcs
 
 __all__ = ["RubricReward", "RunRewards", "build_rewards", "rubric_reward_funcs"]
 

@@ -36,7 +36,8 @@ from typing import Any
 
 from grpo.envs.rubric import COMPLETION_FIELD, INFO_FIELD, LANGUAGE_FIELD, RewardFunc
 from grpo.errors import UserError
-from grpo.rewards.rubric import log_per_language
+from grpo.rewards.reward_funcs import log_per_language
+from grpo.trl_adapter.internals import reward_metric_logger
 
 REWARD_NAME = "reward_model"
 MEMBER_PREFIX = "rm_"
@@ -237,7 +238,7 @@ class LearnedRewardFunc:
     """A TRL reward function for one component of a LearnedReward: a member, or the combination."""
 
     # already a batched TRL reward function (keyword signature fn(prompts, completions, **kwargs)):
-    # grpo.rewards.rubric passes it to TRL as is, without the per-completion [0, 1] rubric adapter
+    # grpo.rewards.reward_funcs passes it to TRL as is, without the per-completion [0, 1] rubric adapter
     trl_batched = True
 
     def __init__(self, name: str, source: LearnedReward, member: int | None = None) -> None:
@@ -256,7 +257,7 @@ class LearnedRewardFunc:
             scores = self.source.combined(prompts, completions, **kwargs)
         else:
             scores = list(self.source.member_scores(prompts, completions, **kwargs)[self.member])
-        log_per_language(self.__name__, scores, kwargs.get(LANGUAGE_FIELD), kwargs.get("log_metric"))
+        log_per_language(self.__name__, scores, kwargs.get(LANGUAGE_FIELD), reward_metric_logger(kwargs))
         return scores
 
 

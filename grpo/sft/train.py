@@ -49,19 +49,15 @@ from grpo.envs.base import Environment
 from grpo.errors import UserError
 from grpo.files import replace_dir, write_json_atomic
 from grpo.run.distributed import print_main
+from grpo.run.eta import speed_and_eta
 from grpo.run.layout import SFT_META_FILE, RunLayout
 from grpo.sft import METRIC_PREFIX
 from grpo.sft.data import Demonstration, demonstration_env, load_demonstrations
 from grpo.sft.replay import Example, build_examples
 from grpo.tracking.base import NullTracker, Tracker, best_effort
-from grpo.trl_support import (
-    build_trl_config,
-    has_cuda,
-    make_trainer,
-    point_model_at,
-    run_trainer,
-    speed_and_eta,
-)
+from grpo.trl_adapter.config import build_trl_config
+from grpo.trl_adapter.devices import has_cuda
+from grpo.trl_adapter.trainer import make_trainer, point_model_at, run_trainer
 
 # SFTConfig fields the stage decides (sft.extra may not override them)
 _FIXED_ARGS = (

@@ -10,9 +10,10 @@ generated in the episode; the environment's are not counted).
 The rows come from TRL's own record of the step's last generation batch (GRPOTrainer keeps it for
 its completions printout and parquet files, `trainer.log_completions`), so prompt, scores and
 advantage are exactly what the loss saw, gathered from every process. TRL 1.16 keeps it in the
-trainer's `_logs`; when a TRL version has no such record, one warning line says the table is off.
-The episode and the language reach it as extra columns (TRL's `log_extra`) from the first rubric
-reward adapter (grpo/rewards/rubric.py), the model tokens from the rollout function's fields.
+trainer's private `_logs` (read through grpo/trl_adapter/internals.py: `completions_record`); when
+a TRL version has no such record, one warning line says the table is off. The episode and the
+language reach it as extra columns (TRL's `log_extra`) from the first rubric reward adapter
+(grpo/rewards/reward_funcs.py), the model tokens from the rollout function's fields.
 
 With several languages in the batch the rows are taken in turn from each language, in the order
 the batch has them, so a few of each show up in every step.
@@ -26,15 +27,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from grpo.tracking.render import last_user_message, render_messages
+from grpo.trl_adapter.internals import (
+    EPISODE_COLUMN,
+    LANGUAGE_COLUMN,
+    MODEL_TOKENS_COLUMN,
+    completions_record,
+)
 
 log = logging.getLogger(__name__)
 
 # the artifact the table is appended to (MLflow)
 TABLE_FILE = "train/completions.json"
-# the columns the first rubric adapter adds to TRL's record through its log_extra (grpo/rewards/rubric.py)
-EPISODE_COLUMN = "episode"
-LANGUAGE_COLUMN = "language"
-MODEL_TOKENS_COLUMN = "model_tokens"
 FIXED_COLUMNS = ("step", "language", "prompt", "completion", "reward", "advantage", "model_tokens")
 
 
@@ -111,18 +114,14 @@ def completions_callback(log_table: Callable[[dict[str, list[Any]], int], None],
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
             if not logs or "reward" not in logs or not state.is_world_process_zero or self.trainer is None:
                 return
-            record = getattr(self.trainer, "_logs", None)
-            names = getattr(self.trainer, "reward_func_names", None)
-            weights = getattr(self.trainer, "reward_weights", None)
-            if not isinstance(record, Mapping) or names is None or weights is None:
+            batch = completions_record(self.trainer)
+            if batch is None:
                 self._warn(
                     "this TRL version keeps no record of the batch's completions: no completions table"
                 )
                 return
             try:
-                table = completions_table(
-                    record, list(names), [float(w) for w in weights], state.global_step, self.n
-                )
+                table = completions_table(batch.record, batch.names, batch.weights, state.global_step, self.n)
                 if table["step"]:
                     log_table(table, int(state.global_step))
             except Exception as ex:  # noqa: BLE001 - the table must not stop training

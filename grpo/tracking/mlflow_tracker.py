@@ -57,7 +57,7 @@ TRAIN_CURVES = ("train/reward", "val/reward", "train/kl")
 # evaluations marked on its reward panels
 EVAL_MARKS = ("baseline", "final", "best")
 # per-language curves: the validation mean (val/lang/<code>/mean) and each reward function's
-# training mean under a language mix (train/rewards/<fn>/<code>/mean, grpo/rewards/rubric.py)
+# training mean under a language mix (train/rewards/<fn>/<code>/mean, grpo/rewards/reward_funcs.py)
 VAL_LANGUAGE = "val/lang/"
 TRAIN_REWARDS = "train/rewards/"
 # a learned RM's score on the held-out rows: val/score/<name>/lang/<code>

@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo.config import GrpoConfig, to_settings
 from grpo.tracking import params as P
 from grpo.tracking.hydra_job import SweepInfo
-from grpo.tracking.summary import child_runs, summarize_sweep
+from grpo.tracking.sweep_comparison import child_runs, summarize_sweep
 
 log = logging.getLogger(__name__)
 

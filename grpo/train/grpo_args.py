@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo.config import OPTIMIZERS, VLLM_MODES, GrpoConfig
-from grpo.trl_support import build_trl_config, has_cuda
+from grpo.trl_adapter.config import build_trl_config
+from grpo.trl_adapter.devices import has_cuda
 
 
 def grpo_config_kwargs(

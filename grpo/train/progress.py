@@ -18,8 +18,8 @@ from typing import Any
 
 from grpo.config import GrpoConfig
 from grpo.run.distributed import world_size
+from grpo.run.eta import speed_and_eta
 from grpo.train.monitors import PREFIX, TruncationWatch, compact, truncated_shares
-from grpo.trl_support import speed_and_eta
 
 
 def progress_printer(
@@ -28,7 +28,7 @@ def progress_printer(
     """A transformers TrainerCallback printing the header when training starts, then one line per
     logging step: step, reward, per-function rewards, KL, loss, length, monitors, speed, ETA; and
     the zero-signal hint, once. `reward_funcs`: the TRL reward functions; those that count their
-    exceptions (`take_window`, grpo/rewards/rubric.py) let the hint name a function that raised on
+    exceptions (`take_window`, grpo/rewards/reward_funcs.py) let the hint name a function that raised on
     every completion of the step instead of blaming the model."""
     from transformers import TrainerCallback
 

@@ -15,6 +15,9 @@ How it meets TRL (trl 1.16, read its grpo_trainer.py):
 - Monitors: it also computes the batch's reward-hacking monitors (grpo/train/monitors.py) and
   hands them to TRL's metric log (the `log_metric` path reward functions use), so they are logged
   with TRL's own metrics at the step, as monitor/<name> (train/monitor/<name> in MLflow).
+
+What it uses of TRL's undocumented internals (the metric log, the vLLM engine and its weight sync,
+the unwrapped policy) goes through grpo/trl_adapter/internals.py.
 """
 
 from __future__ import annotations
@@ -28,7 +31,13 @@ from grpo.config import GenerationConfig, ModelConfig
 from grpo.envs.rubric import MODEL_TOKENS_FIELD, TRUNCATED_FIELD, reward_fields
 from grpo.run.distributed import any_rank, world_size
 from grpo.train.monitors import LanguageScore, batch_monitors
-from grpo.trl_support import is_sharded
+from grpo.trl_adapter.devices import is_sharded
+from grpo.trl_adapter.internals import (
+    metric_logger,
+    sync_vllm_weights_once_per_step,
+    unwrapped_for_generation,
+    vllm_engine,
+)
 
 
 def prompt_key(prompt: Any) -> str:
@@ -127,7 +136,7 @@ class EnvRolloutFunc:
         self.last_monitors = batch_monitors(rollouts, has_answer, self.language_score)
         # TRL's metric log (what it hands reward functions as `log_metric`): averaged over the
         # processes and logged with its own metrics at this step
-        log_metric = getattr(trainer, "_log_metric", None)
+        log_metric = metric_logger(trainer)
         if log_metric is not None:
             for name, value in self.last_monitors.items():
                 log_metric(name, value)
@@ -139,21 +148,12 @@ class EnvRolloutFunc:
         model, or TRL's vLLM engine with this step's weights (synced once per step, as TRL does
         before it calls rollout_func). Training rollouts and validation both generate through it."""
         if trainer.use_vllm:
-            if trainer.state.global_step != trainer._last_loaded_step:
-                trainer.vllm_generation.sync_weights()
-                trainer._last_loaded_step = trainer.state.global_step
+            sync_vllm_weights_once_per_step(trainer)
             yield self._vllm_backend(trainer)
             return
-        from trl.models import unwrap_model_for_generation
-
         from grpo.generation import make_backend
 
-        with unwrap_model_for_generation(
-            trainer.model_wrapped,
-            trainer.accelerator,
-            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
-            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
-        ) as policy:
+        with unwrapped_for_generation(trainer) as policy:
             yield make_backend(self.gen_cfg, policy, self.tokenizer, self.model_cfg)
 
     def _rows(self, prompts: list[Any], group: int) -> list[Any]:
@@ -208,7 +208,7 @@ class EnvRolloutFunc:
     def _vllm_backend(self, trainer: Any) -> Any:
         from grpo.generation.vllm import trainer_backend
 
-        return trainer_backend(trainer.vllm_generation, self.tokenizer, self.model_cfg, trainer.eos_token_ids)
+        return trainer_backend(vllm_engine(trainer), self.tokenizer, self.model_cfg, trainer.eos_token_ids)
 
 
 def rollout_fields(rollouts: Sequence[Any]) -> dict[str, list[Any]]:

@@ -7,7 +7,7 @@ How the pieces meet TRL (trl 1.16, read its grpo_trainer.py):
 - Rollouts: grpo/train/rollout_func.py is TRL's `rollout_func` (the dataset, the prompt -> row
   index, the episodes and their fields).
 - Rewards: the run's rewards (grpo.rewards.RunRewards, built once per run) become named TRL reward
-  functions (grpo/rewards/rubric.py) with their weights in `reward_weights`; TRL logs
+  functions (grpo/rewards/reward_funcs.py) with their weights in `reward_weights`; TRL logs
   `rewards/<name>/mean` for each.
 - Config: grpo/train/grpo_args.py; the batch geometry is checked against the train rows here (TRL
   would train 0 steps on fewer rows than one generation batch needs, silently).
@@ -50,7 +50,9 @@ from grpo.tracking.base import NullTracker, Tracker
 from grpo.train.grpo_args import make_grpo_config
 from grpo.train.progress import processes, progress_printer
 from grpo.train.rollout_func import EnvRolloutFunc, PromptIndex, train_dataset
-from grpo.trl_support import is_sharded, make_trainer, point_model_at, run_trainer
+from grpo.trl_adapter.devices import is_sharded
+from grpo.trl_adapter.internals import sync_vllm_weights, vllm_engine
+from grpo.trl_adapter.trainer import make_trainer, point_model_at, run_trainer
 
 if TYPE_CHECKING:
     from grpo.rewards import RunRewards
@@ -235,8 +237,8 @@ def train(
         # evaluation after training generates with the trained policy
         from grpo.generation.vllm import use_trainer_engine
 
-        trainer.vllm_generation.sync_weights()
-        use_trainer_engine(trainer.vllm_generation, trainer.eos_token_ids)
+        sync_vllm_weights(trainer)
+        use_trainer_engine(vllm_engine(trainer), trainer.eos_token_ids)
     if world_size() > 1:
         # one line per process: data parallelism leaves every rank with the same weights. One write
         # of the whole line: print() writes the text and its newline apart, and on an unbuffered

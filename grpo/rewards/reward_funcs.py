@@ -1,4 +1,5 @@
-"""Environment rubric functions as TRL reward functions.
+"""Environment rubric functions as TRL reward functions: the adapter between an environment's
+rubric (grpo/envs/rubric.py, the scoring contract) and TRL's GRPOTrainer.
 
 TRL calls every reward function once per batch with keyword lists, one entry per completion:
 `prompts`, `completions` (TRL's own decoding of the completion ids), and every dataset column and
@@ -24,7 +25,9 @@ every completion since its last line raised (its zero-signal hint then names the
 
 The first rubric adapter of a run (`table_columns=True`) also hands TRL, through its `log_extra`,
 the columns of the completions table (grpo/tracking/completions.py) that TRL does not record
-itself: each completion's whole episode, its language and its model tokens.
+itself: each completion's whole episode, its language and its model tokens. The `log_extra` and
+`log_metric` keyword arguments and the column names are TRL internals, reached through
+grpo/trl_adapter/internals.py.
 """
 
 from __future__ import annotations
@@ -44,7 +47,13 @@ from grpo.envs.rubric import (
     Rubric,
     checked_score,
 )
-from grpo.tracking.completions import EPISODE_COLUMN, LANGUAGE_COLUMN, MODEL_TOKENS_COLUMN
+from grpo.trl_adapter.internals import (
+    EPISODE_COLUMN,
+    LANGUAGE_COLUMN,
+    MODEL_TOKENS_COLUMN,
+    extra_column_logger,
+    reward_metric_logger,
+)
 
 
 def score_truncated(
@@ -116,11 +125,11 @@ class RubricReward:
         self._window[0] += len(rewards)
         self._window[1] += raised
         rewards = score_truncated(rewards, kwargs, self.truncated_reward)
-        log_metric = kwargs.get("log_metric")
+        log_metric = reward_metric_logger(kwargs)
         if log_metric is not None:
             log_metric(f"rewards/{self.func.name}/errors", float(raised))
         log_per_language(self.func.name, rewards, kwargs.get(LANGUAGE_FIELD), log_metric)
-        log_extra = kwargs.get("log_extra")
+        log_extra = extra_column_logger(kwargs)
         if self.table_columns and log_extra is not None:
             count = len(rewards)
             log_extra(EPISODE_COLUMN, list(episodes) if episodes is not None else [None] * count)
@@ -131,7 +140,8 @@ class RubricReward:
 
 def log_per_language(name: str, scores: Sequence[float | None], languages: Any, log_metric: Any) -> None:
     """With more than one language in the batch (language=mix), also log reward function `name`'s
-    mean per language through TRL's `log_metric` (TRL metric `rewards/<name>/<language>/mean`)."""
+    mean per language through TRL's `log_metric` (`reward_metric_logger`; TRL metric
+    `rewards/<name>/<language>/mean`)."""
     if log_metric is None or languages is None or len(set(languages)) < 2:
         return
     by_language: dict[str, list[float]] = {}

@@ -1,7 +1,7 @@
 """The comparison of a sweep's jobs: one table row per child run and every job's reward curve.
 
 The sweep callback (grpo/tracking/sweep.py) prints and logs it when a sweep ends;
-`python -m grpo.compare` (grpo/compare.py) does the same for any sweep in a store.
+`python -m grpo.cli.compare` (grpo/cli/compare.py) does the same for any sweep in a store.
 """
 
 from __future__ import annotations

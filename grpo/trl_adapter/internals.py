@@ -1,0 +1,244 @@
+"""EVERY use grpo makes of TRL's private or undocumented internals, each behind one small named
+function, so that a TRL upgrade that moves one breaks here, and in tests/test_trl_adapter.py
+(which pins each of them against the installed TRL and names what moved), not deep in a stage.
+Read against trl 1.16 (trl/trainer/grpo_trainer.py, trl/generation/vllm_generation.py).
+
+GRPOTrainer attributes:
+- `_logs`, with `reward_func_names` and `reward_weights`: its record of the last generation batch
+  (prompt, completion, rewards, advantages, extra columns), kept for its completions printout;
+  grpo's completions table reads it (`completions_record`);
+- `_log_metric`: its metric log, averaged over the processes and logged with its own metrics at the
+  step (`metric_logger`; the rollout function's monitors go through it);
+- `vllm_generation` (TRL's VLLMGeneration) and `_last_loaded_step`: the vLLM engine and the step
+  its weights were last synced at (`vllm_engine`, `sync_vllm_weights`, `sync_vllm_weights_once_per_step`);
+- what the rollout function reads of the trainer TRL hands it (ROLLOUT_FUNC_READS): public names,
+  read directly by grpo/train/rollout_func.py, pinned here all the same.
+Reward-function keyword arguments: `log_extra` (a column of the completions record; the columns
+grpo adds are EPISODE_COLUMN, LANGUAGE_COLUMN, MODEL_TOKENS_COLUMN) and `log_metric`
+(`extra_column_logger`, `reward_metric_logger`).
+Names inside TRL's modules: `trl.generation.vllm_generation.extract_logprobs` (`vllm_logprobs`),
+`trl.generation.vllm_client.VLLMClient` (`vllm_server_client`),
+`trl.models.unwrap_model_for_generation` (`unwrapped_for_generation`),
+`trl.trainer.reward_trainer.DataCollatorForPreference` (`preference_collator`),
+`trl.trainer.utils._use_triton` (`fused_head_switch`, `set_fused_head_switch`).
+
+The pins below (MODULE_NAMES, CALL_KEYWORDS, TRAINER_ATTRIBUTES, VLLM_TRAINER_ATTRIBUTES,
+VLLM_ENGINE_ATTRIBUTES, RECORD_KEYS, REWARD_KWARGS) list what this module relies on; the pin test
+checks each against the installed TRL. trl is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# the reward-function keyword arguments GRPOTrainer passes (trl 1.16: _calculate_rewards)
+LOG_EXTRA_KWARG = "log_extra"
+LOG_METRIC_KWARG = "log_metric"
+REWARD_KWARGS = (LOG_EXTRA_KWARG, LOG_METRIC_KWARG)
+# the columns the first rubric adapter (grpo/rewards/reward_funcs.py) adds to TRL's record of the
+# batch through `log_extra`, which the completions table (grpo/tracking/completions.py) reads back
+EPISODE_COLUMN = "episode"
+LANGUAGE_COLUMN = "language"
+MODEL_TOKENS_COLUMN = "model_tokens"
+
+# the keys of GRPOTrainer._logs grpo reads
+RECORD_KEYS = ("prompt", "completion", "rewards", "advantages", "extra")
+# what grpo/train/rollout_func.py reads of the GRPOTrainer TRL hands it
+ROLLOUT_FUNC_READS = (
+    "num_generations",
+    "num_generations_eval",
+    "temperature",
+    "top_p",
+    "max_completion_length",
+    "use_vllm",
+    "eos_token_ids",
+)
+# GRPOTrainer attributes every trainer has
+TRAINER_ATTRIBUTES = ("_logs", "_log_metric", "reward_func_names", "reward_weights", *ROLLOUT_FUNC_READS)
+# GRPOTrainer attributes set only with use_vllm (its __init__ assigns them)
+VLLM_TRAINER_ATTRIBUTES = ("vllm_generation", "_last_loaded_step")
+# what grpo reads of TRL's VLLMGeneration (the attributes set by its __init__ / setup, a method)
+VLLM_ENGINE_ATTRIBUTES = (
+    "mode",
+    "llm",
+    "vllm_client",
+    "server_base_url",
+    "server_host",
+    "server_port",
+    "server_timeout",
+    "sync_weights",
+)
+# module -> the names grpo imports from it
+MODULE_NAMES = {
+    "trl.generation.vllm_generation": ("extract_logprobs", "VLLMGeneration"),
+    "trl.generation.vllm_client": ("VLLMClient",),
+    "trl.models": ("unwrap_model_for_generation",),
+    "trl.trainer.reward_trainer": ("DataCollatorForPreference",),
+    "trl.trainer.utils": ("_use_triton",),
+}
+# "module.name" -> the parameters grpo passes it
+CALL_KEYWORDS = {
+    "trl.generation.vllm_generation.extract_logprobs": ("all_outputs",),
+    "trl.generation.vllm_client.VLLMClient": ("base_url", "host", "server_port", "connection_timeout"),
+    "trl.models.unwrap_model_for_generation": (
+        "model",
+        "accelerator",
+        "gather_deepspeed3_params",
+        "gradient_checkpointing_kwargs",
+    ),
+    "trl.trainer.reward_trainer.DataCollatorForPreference": ("pad_token_id",),
+    "trl.trainer.utils._use_triton": ("device",),
+}
+
+
+# ---- the record of the last generation batch (the completions table) ------------------------------
+
+
+@dataclass(frozen=True)
+class CompletionsRecord:
+    """TRL's record of a GRPOTrainer's last generation batch: `record` has "prompt", "completion",
+    "rewards" (function name -> scores, NaN where a function does not apply), "advantages" and
+    "extra" (column -> values); `names` and `weights` are the reward functions in TRL's order."""
+
+    record: Mapping[str, Any]
+    names: list[str]
+    weights: list[float]
+
+
+def completions_record(trainer: Any) -> CompletionsRecord | None:
+    """The trainer's record of its last generation batch (`trainer._logs`, gathered from every
+    process); None when this TRL version keeps no such record."""
+    record = getattr(trainer, "_logs", None)
+    names = getattr(trainer, "reward_func_names", None)
+    weights = getattr(trainer, "reward_weights", None)
+    if not isinstance(record, Mapping) or names is None or weights is None:
+        return None
+    return CompletionsRecord(record, list(names), [float(w) for w in weights])
+
+
+# ---- metric logs -----------------------------------------------------------------------------------
+
+
+def metric_logger(trainer: Any) -> Callable[[str, float], None] | None:
+    """`log(name, value)` into the trainer's own metrics (`trainer._log_metric`: averaged over the
+    processes, logged with TRL's metrics at the step); None when this TRL version has none."""
+    return getattr(trainer, "_log_metric", None)
+
+
+def reward_metric_logger(reward_kwargs: Mapping[str, Any]) -> Callable[[str, float], None] | None:
+    """The `log_metric(name, value)` TRL hands a reward function (None outside a GRPOTrainer)."""
+    return reward_kwargs.get(LOG_METRIC_KWARG)
+
+
+def extra_column_logger(reward_kwargs: Mapping[str, Any]) -> Callable[[str, list[Any]], None] | None:
+    """The `log_extra(column, values)` TRL hands a reward function: one value per completion of
+    the batch, kept in its record's "extra" columns (None outside a GRPOTrainer)."""
+    return reward_kwargs.get(LOG_EXTRA_KWARG)
+
+
+# ---- the trainer's vLLM engine -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VllmEngine:
+    """What grpo uses of a GRPOTrainer's vLLM engine (TRL's VLLMGeneration). `mode`: "colocate"
+    (`llm`, the engine in this process) or "server" (`client`: TRL's client, on the main process
+    only, else None; the server's `base_url`, `host`, `port` and `timeout` for a client of one's own)."""
+
+    mode: str
+    llm: Any
+    client: Any
+    base_url: str | None
+    host: str
+    port: int
+    timeout: float
+
+
+def vllm_engine(trainer: Any) -> VllmEngine:
+    """The vLLM engine of a GRPOTrainer built with use_vllm (`trainer.vllm_generation`)."""
+    engine = trainer.vllm_generation
+    return VllmEngine(
+        mode=engine.mode,
+        llm=getattr(engine, "llm", None),  # colocate only
+        client=getattr(engine, "vllm_client", None),  # server mode, main process only
+        base_url=engine.server_base_url,
+        host=engine.server_host,
+        port=engine.server_port,
+        timeout=engine.server_timeout,
+    )
+
+
+def sync_vllm_weights(trainer: Any) -> None:
+    """Push the policy's current weights into the trainer's vLLM engine now."""
+    trainer.vllm_generation.sync_weights()
+
+
+def sync_vllm_weights_once_per_step(trainer: Any) -> None:
+    """Push the policy's weights into the trainer's vLLM engine unless they were pushed at this
+    step already (`trainer._last_loaded_step`, which TRL itself checks before it generates)."""
+    if trainer.state.global_step != trainer._last_loaded_step:
+        trainer.vllm_generation.sync_weights()
+        trainer._last_loaded_step = trainer.state.global_step
+
+
+def vllm_logprobs(outputs: Sequence[Any]) -> tuple[Any, Any]:
+    """(log-probs, their token ids) per sequence and position of vLLM's RequestOutputs, as TRL
+    reads them (`trl.generation.vllm_generation.extract_logprobs`)."""
+    from trl.generation.vllm_generation import extract_logprobs
+
+    return extract_logprobs(outputs)
+
+
+def vllm_server_client(base_url: str | None, host: str, port: int, timeout_s: float) -> Any:
+    """TRL's client of a vLLM server (`trl vllm-serve` / `vllm serve`): generation and weight sync."""
+    from trl.generation.vllm_client import VLLMClient
+
+    return VLLMClient(base_url=base_url, host=host, server_port=port, connection_timeout=timeout_s)
+
+
+# ---- the policy for generation, the reward model's collator, the fused LM head --------------------------
+
+
+@contextlib.contextmanager
+def unwrapped_for_generation(trainer: Any) -> Iterator[Any]:
+    """The trainer's policy unwrapped from its distributed wrapper for generate() (ZeRO-3
+    parameters gathered when the trainer's args ask for it), as TRL generates
+    (`trl.models.unwrap_model_for_generation`)."""
+    from trl.models import unwrap_model_for_generation
+
+    with unwrap_model_for_generation(
+        trainer.model_wrapped,
+        trainer.accelerator,
+        gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+    ) as policy:
+        yield policy
+
+
+def preference_collator(pad_token_id: int) -> Any:
+    """TRL's collator of chosen / rejected pairs (`trl.trainer.reward_trainer.DataCollatorForPreference`):
+    a batch of the chosen rows, then the rejected ones, padded with `pad_token_id`."""
+    from trl.trainer.reward_trainer import DataCollatorForPreference
+
+    return DataCollatorForPreference(pad_token_id=pad_token_id)
+
+
+def fused_head_switch() -> Callable[[Any], bool] | None:
+    """TRL's choice, per device, of its fused LM head's compact path (`trl.trainer.utils._use_triton`:
+    True projects only the labelled positions); None when this TRL version has no such switch."""
+    try:
+        import trl.trainer.utils as trl_utils
+    except ImportError:
+        return None
+    switch = getattr(trl_utils, "_use_triton", None)
+    return switch if callable(switch) else None
+
+
+def set_fused_head_switch(switch: Callable[[Any], bool]) -> None:
+    """Replace TRL's choice of its fused LM head's path (see `fused_head_switch`), process-wide."""
+    import trl.trainer.utils as trl_utils
+
+    trl_utils._use_triton = switch

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 import trl
+from test_train import small_cfg
 from transformers import TrainerCallback
 
 from grpo.compose import load_settings
@@ -127,19 +128,7 @@ class _Logged(TrainerCallback):
 def stepped(tmp_path_factory):
     """A GRPOTrainer built by grpo (tiny model, char_target) after one training step, and the
     metrics it logged."""
-    settings = load_settings(
-        [
-            "+env=char_target",
-            "stages=[train]",
-            "trainer.num_generations=4",
-            "trainer.per_device_batch_completions=8",
-            "trainer.max_steps=1",
-            "trainer.save_steps=1000",
-            "trainer.beta=0",
-            "trainer.max_completion_length=8",
-            "generation.max_tokens_per_turn=8",
-        ]
-    )
+    settings = small_cfg("char_target")  # the GRPO tests' quick step
     logged = _Logged()
     bundle = build_trainer(
         settings,

@@ -25,9 +25,9 @@ every completion since its last line raised (its zero-signal hint then names the
 
 The first rubric adapter of a run (`table_columns=True`) also hands TRL, through its `log_extra`,
 the columns of the completions table (grpo/tracking/completions.py) that TRL does not record
-itself: each completion's whole episode, its language and its model tokens. The `log_extra` and
-`log_metric` keyword arguments and the column names are TRL internals, reached through
-grpo/trl_adapter/internals.py.
+itself: each completion's whole episode, its language and its model tokens. TRL's `log_extra` and
+`log_metric` keyword arguments are reached through grpo/trl_adapter/internals.py, where the
+column names live too (the completions table reads them back from TRL's record).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@
     seconds = run_trainer(trainer, "train", resume_from)   # Interrupted after a graceful stop
     point_model_at(model, paths.sft)                        # where TRL loads its second copy from
 
-Imports only errors and the run's bookkeeping (grpo/run/); the stages, rewards, tracking and
-generation import it. torch, transformers and trl are imported inside the functions.
+Imports only errors and the run's bookkeeping (grpo/run/); the three training stages, rewards,
+tracking, generation and grpo/stages.py import it. Importing it is light: torch, transformers and
+trl are imported inside the functions.
 """

@@ -10,8 +10,10 @@ checkpoint and one line saying how to resume (grpo/run/interrupt.py); the exit c
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import hydra
@@ -20,7 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from grpo.cli.preflight import Checked, exit_on_user_error, preflight
 from grpo.compose import run_config
 from grpo.config import register_schema, to_settings
-from grpo.files import register_resolvers
+from grpo.errors import EXIT_USER_ERROR
+from grpo.files import register_resolvers, release_claimed_dir
 from grpo.run.distributed import (
     adopt_submitit_tasks,
     close_group,
@@ -30,7 +33,7 @@ from grpo.run.distributed import (
     wait_for_run_dir,
     world_size,
 )
-from grpo.run.layout import SAVED_CONFIG, output_root
+from grpo.run.layout import HYDRA_DIR, SAVED_CONFIG, output_root
 from grpo.run.resume import ResumePlan, resumable
 
 register_schema()
@@ -50,7 +53,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     overrides = list(HydraConfig.get().overrides.task)
     plan = None
-    with exit_on_user_error():
+    with _no_folder_if_refused(run_dir), exit_on_user_error():
         if cfg.get("resume"):
             cfg, plan = run_config(cfg, overrides, _preflight_plan(str(cfg.resume)))
             # what this run really uses: a resume of this run starts from it (ranks > 0 save nothing)
@@ -78,6 +81,21 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             sys.exit(ex.exit_code)
         finally:
             close_group()  # several processes: no abort at exit
+
+
+@contextlib.contextmanager
+def _no_folder_if_refused(run_dir: Path) -> Iterator[None]:
+    """A refused start (exit 2: a check that needs the built env, a names file, ...) leaves no run
+    folder: the one Hydra claimed for it goes when it holds nothing but .hydra/ and the job log.
+    A folder this process did not claim (hydra.run.dir=<existing>) or that holds more is kept."""
+    try:
+        yield
+    except SystemExit as ex:
+        if ex.code == EXIT_USER_ERROR:
+            from hydra.core.hydra_config import HydraConfig
+
+            release_claimed_dir(run_dir, {HYDRA_DIR, f"{HydraConfig.get().job.name}.log"})
+        raise
 
 
 def _preflight_plan(resume: str) -> ResumePlan | None:

@@ -20,7 +20,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from grpo.cli.preflight import Checked, exit_on_user_error, preflight
-from grpo.compose import run_config
+from grpo.compose import register_options_resolver, run_config
 from grpo.config import register_schema, to_settings
 from grpo.errors import EXIT_USER_ERROR
 from grpo.files import register_resolvers, release_claimed_dir
@@ -38,6 +38,7 @@ from grpo.run.resume import ResumePlan, resumable
 
 register_schema()
 register_resolvers()
+register_options_resolver()  # the --help page's env list
 
 # what the preflight checked in this process: the Hydra task reuses its resume plan
 _checked: Checked | None = None

@@ -35,6 +35,7 @@ from grpo.run.distributed import (
 )
 from grpo.run.layout import HYDRA_DIR, SAVED_CONFIG, output_root
 from grpo.run.resume import ResumePlan, resumable
+from grpo.run.trained import resolve_trained_model
 
 register_schema()
 register_resolvers()
@@ -63,7 +64,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                 from grpo.files import write_text_atomic
 
                 write_text_atomic(run_dir / subdir / SAVED_CONFIG, OmegaConf.to_yaml(cfg))
-        settings = to_settings(cfg)
+        # model.path=<run folder>: the checkpoint the preflight picked (a sweep job's own otherwise)
+        settings, trained = resolve_trained_model(to_settings(cfg), _checked.trained if _checked else None)
+        if trained is not None and is_main():
+            print(trained.line())
         if world_size() > 1 and is_main():
             publish_run_dir(output_root(settings), run_dir)
         from grpo.cli.checks import check_once

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo.config import GrpoConfig
+from grpo.run.checkpoints import checkpoint_step
 from grpo.run.distributed import is_main
 from grpo.run.interrupt import enter_stage
 from grpo.run.layout import RunLayout
@@ -224,7 +225,7 @@ def _eval_stage(run: StageContext) -> None:
     backend = make_backend(settings.generation, policy.model, policy.tokenizer, settings.model)
     label = eval_label(settings, results.train is not None)
     result = evaluate(
-        settings,
+        _scored(settings, results.train),
         run.env,
         backend,
         run.paths.eval(label),
@@ -247,6 +248,21 @@ def _eval_stage(run: StageContext) -> None:
             print(
                 f"best checkpoint: the last one (step {best.global_step}, val reward {best.val_reward:.4f})"
             )
+
+
+def _scored(settings: GrpoConfig, train: TrainResult | None) -> GrpoConfig:
+    """The settings whose model the evaluation's header and metadata name: the starting weights
+    before training; after it the trained policy, by its checkpoint when that holds the last step,
+    else by its step."""
+    if train is None:
+        return settings
+    checkpoint = train.checkpoint_dir
+    if checkpoint is not None and checkpoint_step(checkpoint) == train.global_step:
+        model = dataclasses.replace(settings.model, path=str(checkpoint))
+    else:
+        name = f"the trained policy (step {train.global_step}, from {settings.model.path or settings.model.name})"
+        model = dataclasses.replace(settings.model, path=None, name=name)
+    return dataclasses.replace(settings, model=model)
 
 
 def _eval_best(run: StageContext) -> None:

@@ -18,7 +18,9 @@ def test_help_starts_with_grpos_usage_without_heavy_imports(tmp_path):
         "except SystemExit as e:\n    assert not e.code, e.code\n"
         f"print('HEAVY', [m for m in {HEAVY!r} if m in sys.modules])\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.startswith("grpo: GRPO fine-tuning") and "HEAVY []" in out
@@ -35,7 +37,11 @@ def test_help_starts_with_grpos_usage_without_heavy_imports(tmp_path):
 
 def test_hydra_help_still_shows_hydras_flags(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "grpo", "--hydra-help"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "grpo", "--hydra-help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "== Flags ==" in proc.stdout and "--cfg,-c" in proc.stdout

@@ -4,6 +4,7 @@ scored. On a real LoRA run of the tiny model (`python -m grpo`, real processes f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -11,27 +12,21 @@ import sys
 from pathlib import Path
 
 import pytest
-from grpo_process import process_env
-from random_model import TRAIN_ON_CUT_COMPLETIONS
+import torch
+from grpo_process import CHAR_TARGET_TRAIN, process_env
 
 from grpo.cli.preflight import check_command
 from grpo.errors import UserError
+from grpo.models import load_policy
 from grpo.run.layout import HYDRA_DIR, RESULTS_FILE
 
-# char_target, 3 examples x 2 rollouts of 16 tokens
+# the char_target run of the process tests, evaluated on 3 examples x 2 rollouts
 EVAL = [
-    "+env=char_target",
-    "env.num_train_examples=64",
-    "trainer.num_generations=4",
-    "trainer.per_device_batch_completions=8",
-    "trainer.beta=0",
-    "trainer.max_completion_length=16",
-    "generation.max_tokens_per_turn=16",
+    *CHAR_TARGET_TRAIN,
     "eval.num_examples=3",
     "eval.rollouts_per_example=2",
     "eval.show_examples=false",
     "tracking=none",
-    *TRAIN_ON_CUT_COMPLETIONS,
 ]
 # 3 LoRA steps, each validated and saved: the best checkpoint is recorded (grpo_best.json)
 TRAIN = [
@@ -42,7 +37,7 @@ TRAIN = [
     "trainer.save_steps=1",
     "trainer.val_num_examples=3",
     "trainer.val_rollouts_per_example=2",
-    "optimizer.lr=5e-2",
+    "optimizer.lr=5e-2",  # the adapter moves the policy: its checkpoint is not the base
     "model.lora.enabled=true",
 ]
 
@@ -126,6 +121,12 @@ def test_model_checkpoint_best_and_a_checkpoint_dir(lora_run):
     # the settings load the run's own base (model=tiny's random weights) with the adapter
     model = checked.settings.model
     assert (model.source, model.adapter, model.lora.enabled) == ("random", str(trained.checkpoint), False)
+    # and the adapter is loaded: the weights are not the base's
+    with_adapter, _ = load_policy(model)
+    base, _ = load_policy(dataclasses.replace(model, adapter=None))
+    assert any(
+        not torch.equal(a, b) for a, b in zip(with_adapter.parameters(), base.parameters(), strict=True)
+    )
     # a checkpoint-N dir of a run is taken as it is (a LoRA one works as the run folder does)
     direct = check_command([*EVAL, "stages=[eval]", f"model.path={run_dir / 'checkpoints' / 'checkpoint-3'}"])
     assert (

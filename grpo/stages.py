@@ -57,6 +57,8 @@ class RunResults:
     objective: float | None = None
     # a resumed run's finished reward model, reused instead of training one
     reward_model_dir: Path | None = None
+    # a resumed run's finished SFT model, the policy of the later stages
+    sft_dir: Path | None = None
 
     @property
     def step(self) -> int:
@@ -225,7 +227,7 @@ def _eval_stage(run: StageContext) -> None:
     backend = make_backend(settings.generation, policy.model, policy.tokenizer, settings.model)
     label = eval_label(settings, results.train is not None)
     result = evaluate(
-        _scored(settings, results.train),
+        _scored(settings, results),
         run.env,
         backend,
         run.paths.eval(label),
@@ -250,12 +252,16 @@ def _eval_stage(run: StageContext) -> None:
             )
 
 
-def _scored(settings: GrpoConfig, train: TrainResult | None) -> GrpoConfig:
+def _scored(settings: GrpoConfig, results: RunResults) -> GrpoConfig:
     """The settings whose model the evaluation's header and metadata name: the starting weights
-    before training; after it the trained policy, by its checkpoint when that holds the last step,
-    else by its step."""
+    before training (the SFT model after an sft stage); after GRPO the trained policy, by its
+    checkpoint when that holds the last step, else by its step."""
+    train = results.train
     if train is None:
-        return settings
+        sft = results.sft.path if results.sft is not None else results.sft_dir
+        if sft is None:
+            return settings
+        return dataclasses.replace(settings, model=dataclasses.replace(settings.model, path=str(sft)))
     checkpoint = train.checkpoint_dir
     if checkpoint is not None and checkpoint_step(checkpoint) == train.global_step:
         model = dataclasses.replace(settings.model, path=str(checkpoint))
@@ -378,6 +384,7 @@ def _sft_stage(run: StageContext) -> None:
         from grpo.models import load_policy
 
         print(f"resume: the SFT of {finished.parent} is done; the policy is {finished}")
+        run.results.sft_dir = finished
         sft_model = dataclasses.replace(
             settings.model, source="pretrained", path=str(finished), tokenizer=None
         )

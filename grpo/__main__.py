@@ -4,7 +4,10 @@ Composition and the checks run before any heavy import (grpo/cli/preflight.py), 
 comes back in about a second as one line; torch, transformers and trl are imported by the stages
 that use them. With resume=<run dir> the run takes the resumed run's settings and resume plan
 (grpo/run/resume.py: read once, by the preflight, and handed to the checks and the stages) and
-saves the settings as its own .hydra/config.yaml. Ctrl-C / SIGTERM stop at a step boundary with a
+saves the settings as its own .hydra/config.yaml. With model.path=<a run folder> the preflight picks
+its final or best checkpoint once (grpo/run/trained.py) and the run says which in one line. A start
+refused after Hydra made the run folder (exit 2) removes that folder when it holds only .hydra/ and
+the log. Ctrl-C / SIGTERM stop at a step boundary with a
 checkpoint and one line saying how to resume (grpo/run/interrupt.py); the exit code is 130 / 143.
 """
 

@@ -7,8 +7,8 @@ that use them. With resume=<run dir> the run takes the resumed run's settings an
 saves the settings as its own .hydra/config.yaml. With model.path=<a run folder> the preflight picks
 its final or best checkpoint once (grpo/run/trained.py) and the run says which in one line. A start
 refused after Hydra made the run folder (exit 2) removes that folder when it holds only .hydra/ and
-the log. Ctrl-C / SIGTERM stop at a step boundary with a
-checkpoint and one line saying how to resume (grpo/run/interrupt.py); the exit code is 130 / 143.
+the log. Ctrl-C / SIGTERM stop at a step boundary with a checkpoint and one line saying how to
+resume (grpo/run/interrupt.py); the exit code is 130 / 143.
 """
 
 from __future__ import annotations

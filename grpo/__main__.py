@@ -4,23 +4,29 @@ Composition and the checks run before any heavy import (grpo/cli/preflight.py), 
 comes back in about a second as one line; torch, transformers and trl are imported by the stages
 that use them. With resume=<run dir> the run takes the resumed run's settings and resume plan
 (grpo/run/resume.py: read once, by the preflight, and handed to the checks and the stages) and
-saves the settings as its own .hydra/config.yaml. Ctrl-C / SIGTERM stop at a step boundary with a
-checkpoint and one line saying how to resume (grpo/run/interrupt.py); the exit code is 130 / 143.
+saves the settings as its own .hydra/config.yaml. With model.path=<a run folder> the preflight picks
+its final or best checkpoint once (grpo/run/trained.py) and the run says which in one line. A start
+refused after Hydra made the run folder (exit 2) removes that folder when it holds only .hydra/ and
+the log. Ctrl-C / SIGTERM stop at a step boundary with a checkpoint and one line saying how to
+resume (grpo/run/interrupt.py); the exit code is 130 / 143.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from grpo.cli.preflight import Checked, exit_on_user_error, preflight
-from grpo.compose import run_config
+from grpo.compose import register_options_resolver, run_config
 from grpo.config import register_schema, to_settings
-from grpo.files import register_resolvers
+from grpo.errors import EXIT_USER_ERROR
+from grpo.files import register_resolvers, release_claimed_dir
 from grpo.run.distributed import (
     adopt_submitit_tasks,
     close_group,
@@ -30,11 +36,13 @@ from grpo.run.distributed import (
     wait_for_run_dir,
     world_size,
 )
-from grpo.run.layout import SAVED_CONFIG, output_root
+from grpo.run.layout import HYDRA_DIR, SAVED_CONFIG, output_root
 from grpo.run.resume import ResumePlan, resumable
+from grpo.run.trained import resolve_trained_model
 
 register_schema()
 register_resolvers()
+register_options_resolver()  # the --help page's env list
 
 # what the preflight checked in this process: the Hydra task reuses its resume plan
 _checked: Checked | None = None
@@ -50,7 +58,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     overrides = list(HydraConfig.get().overrides.task)
     plan = None
-    with exit_on_user_error():
+    with _no_folder_if_refused(run_dir), exit_on_user_error():
         if cfg.get("resume"):
             cfg, plan = run_config(cfg, overrides, _preflight_plan(str(cfg.resume)))
             # what this run really uses: a resume of this run starts from it (ranks > 0 save nothing)
@@ -59,7 +67,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                 from grpo.files import write_text_atomic
 
                 write_text_atomic(run_dir / subdir / SAVED_CONFIG, OmegaConf.to_yaml(cfg))
-        settings = to_settings(cfg)
+        # model.path=<run folder>: the checkpoint the preflight picked (a sweep job's own otherwise)
+        settings, trained = resolve_trained_model(to_settings(cfg), _checked.trained if _checked else None)
+        if trained is not None and is_main():
+            print(trained.line())
         if world_size() > 1 and is_main():
             publish_run_dir(output_root(settings), run_dir)
         from grpo.cli.checks import check_once
@@ -78,6 +89,21 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             sys.exit(ex.exit_code)
         finally:
             close_group()  # several processes: no abort at exit
+
+
+@contextlib.contextmanager
+def _no_folder_if_refused(run_dir: Path) -> Iterator[None]:
+    """A refused start (exit 2: a check that needs the built env, a names file, ...) leaves no run
+    folder: the one Hydra claimed for it goes when it holds nothing but .hydra/ and the job log.
+    A folder this process did not claim (hydra.run.dir=<existing>) or that holds more is kept."""
+    try:
+        yield
+    except SystemExit as ex:
+        if ex.code == EXIT_USER_ERROR:
+            from hydra.core.hydra_config import HydraConfig
+
+            release_claimed_dir(run_dir, {HYDRA_DIR, f"{HydraConfig.get().job.name}.log"})
+        raise
 
 
 def _preflight_plan(resume: str) -> ResumePlan | None:

@@ -43,6 +43,7 @@ def compose(overrides: Sequence[str] = (), return_hydra_config: bool = False) ->
 
     register_schema()
     register_resolvers()  # the run dir, resolved only when the hydra node is
+    register_options_resolver()
     with _config_module():
         return hydra_compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=return_hydra_config)
 
@@ -53,6 +54,18 @@ def group_options(group: str) -> list[str]:
 
     with _config_module():
         return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+
+
+# resolver of the --help page (conf/hydra/help/grpo.yaml): ${grpo_options:env} lists the envs
+OPTIONS_RESOLVER = "grpo_options"
+
+
+def register_options_resolver() -> None:
+    """Register ${grpo_options:GROUP}: the options of a config group, comma-separated."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver(OPTIONS_RESOLVER):
+        OmegaConf.register_new_resolver(OPTIONS_RESOLVER, lambda group: ", ".join(group_options(str(group))))
 
 
 def config_groups() -> set[str]:

@@ -99,8 +99,15 @@ class ModelConfig:
     name: str = MISSING
     # pretrained: load `path` (hub id or local dir); random: build `architecture` with random weights
     source: str = "pretrained"
-    # hub id or local dir of a pretrained model (source=pretrained only)
+    # hub id or local dir of a pretrained model (source=pretrained only); or a grpo run folder
+    # (outputs/runs/<day>/<time>), evaluated at its `checkpoint` (grpo/run/trained.py)
     path: str | None = None
+    # model.path=<run folder>: final (its latest complete checkpoint) | best (by validation reward,
+    # trainer.keep_best)
+    checkpoint: str = "final"
+    # a LoRA adapter dir (a LoRA run's checkpoint) merged into these weights when loaded; set by
+    # model.path=<run folder> for a LoRA run, whose base weights these settings then describe
+    adapter: str | None = None
     # Qwen3Config fields for source=random (hidden_size, num_hidden_layers, ...); vocab_size
     # defaults to the tokenizer's
     architecture: dict[str, Any] | None = None

@@ -32,7 +32,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
@@ -142,20 +142,52 @@ def write_jsonl_atomic(path: str | os.PathLike[str], records: Iterable[Any]) -> 
 MAX_DIR_CLAIMS = 1000
 
 
+# the dirs claim_new_dir created in this process -> the parent dirs that claim created (outermost first)
+_claimed: dict[Path, tuple[Path, ...]] = {}
+
+
 def claim_new_dir(path: str | os.PathLike[str]) -> Path:
     """Create and return a directory that did not exist before: `path` itself, else `path_2`,
     `path_3`, ... (names stay sortable by time). The parent is created if missing; mkdir is
     atomic, so concurrent callers never get the same directory."""
     base = Path(path)
+    made = tuple(p.absolute() for p in reversed(base.parents) if not p.exists())
     base.parent.mkdir(parents=True, exist_ok=True)
-    for n in range(1, MAX_DIR_CLAIMS + 1):
+    n = 1
+    while n <= MAX_DIR_CLAIMS:
         candidate = base if n == 1 else base.with_name(f"{base.name}_{n}")
         try:
             candidate.mkdir()
         except FileExistsError:
+            n += 1
             continue
+        except FileNotFoundError:  # another process released the (then empty) parent just now
+            base.parent.mkdir(parents=True, exist_ok=True)
+            continue
+        _claimed[candidate.absolute()] = made
         return candidate
     raise FileExistsError(f"{base}: {MAX_DIR_CLAIMS} directories of that name exist already")
+
+
+def release_claimed_dir(path: str | os.PathLike[str], disposable: Collection[str]) -> bool:
+    """Remove a directory that claim_new_dir created in this process when it holds nothing but
+    entries named in `disposable` (e.g. a refused run's .hydra/ and log), then the parents that
+    claim created, if empty. A dir this process did not claim, or one holding anything else, is
+    left as it is. Returns whether the dir was removed."""
+    import shutil
+
+    path = Path(path)
+    made = _claimed.get(path.absolute())
+    if made is None or not path.is_dir() or any(e.name not in disposable for e in path.iterdir()):
+        return False
+    shutil.rmtree(path)
+    del _claimed[path.absolute()]
+    for parent in reversed(made):
+        try:
+            parent.rmdir()
+        except OSError:  # not empty: another run's folder is there now
+            break
+    return True
 
 
 # resolver of conf/config.yaml's run and sweep dirs: the folder taken with claim_new_dir

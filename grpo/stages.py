@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo.config import GrpoConfig
+from grpo.run.checkpoints import checkpoint_step
 from grpo.run.distributed import is_main
 from grpo.run.interrupt import enter_stage
 from grpo.run.layout import RunLayout
@@ -56,6 +57,8 @@ class RunResults:
     objective: float | None = None
     # a resumed run's finished reward model, reused instead of training one
     reward_model_dir: Path | None = None
+    # a resumed run's finished SFT model, the policy of the later stages
+    sft_dir: Path | None = None
 
     @property
     def step(self) -> int:
@@ -224,7 +227,7 @@ def _eval_stage(run: StageContext) -> None:
     backend = make_backend(settings.generation, policy.model, policy.tokenizer, settings.model)
     label = eval_label(settings, results.train is not None)
     result = evaluate(
-        settings,
+        _scored(settings, results),
         run.env,
         backend,
         run.paths.eval(label),
@@ -247,6 +250,25 @@ def _eval_stage(run: StageContext) -> None:
             print(
                 f"best checkpoint: the last one (step {best.global_step}, val reward {best.val_reward:.4f})"
             )
+
+
+def _scored(settings: GrpoConfig, results: RunResults) -> GrpoConfig:
+    """The settings whose model the evaluation's header and metadata name: the starting weights
+    before training (the SFT model after an sft stage); after GRPO the trained policy, by its
+    checkpoint when that holds the last step, else by its step."""
+    train = results.train
+    if train is None:
+        sft = results.sft.path if results.sft is not None else results.sft_dir
+        if sft is None:
+            return settings
+        return dataclasses.replace(settings, model=dataclasses.replace(settings.model, path=str(sft)))
+    checkpoint = train.checkpoint_dir
+    if checkpoint is not None and checkpoint_step(checkpoint) == train.global_step:
+        model = dataclasses.replace(settings.model, path=str(checkpoint))
+    else:
+        name = f"the trained policy (step {train.global_step}, from {settings.model.path or settings.model.name})"
+        model = dataclasses.replace(settings.model, path=None, name=name)
+    return dataclasses.replace(settings, model=model)
 
 
 def _eval_best(run: StageContext) -> None:
@@ -362,6 +384,7 @@ def _sft_stage(run: StageContext) -> None:
         from grpo.models import load_policy
 
         print(f"resume: the SFT of {finished.parent} is done; the policy is {finished}")
+        run.results.sft_dir = finished
         sft_model = dataclasses.replace(
             settings.model, source="pretrained", path=str(finished), tokenizer=None
         )

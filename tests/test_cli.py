@@ -150,6 +150,8 @@ def test_bad_input_is_one_line_and_exit_2(args, expected, tmp_path):
     assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
     assert "Traceback" not in proc.stderr + proc.stdout
     assert "To append to your config" not in lines[0]
+    # a refused start leaves no run folder (Hydra's .hydra/ and log alone are removed)
+    assert not list((tmp_path / "outputs").glob("runs/*/*")), list((tmp_path / "outputs").rglob("*"))
 
 
 def test_cfg_job_prints_the_config_without_heavy_imports(tmp_path):

@@ -524,3 +524,17 @@ def test_the_verdict_pairs_examples_by_id_and_says_whether_the_change_is_noise()
     assert not noisy.more_than_noise and "within noise" in noisy.verdict()
     one = paired_change(result([[0.0]], [0]), result([[1.0]], [0]))
     assert one.verdict().endswith("on 1 example(s): too few to tell noise from a change")
+    # no spread (paired SE 0): said plainly, never an "inf SE" or nan
+    same = [[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]]
+    equal = paired_change(result(same, [0, 1, 2]), result(same, [0, 1, 2]))
+    assert equal.se == 0 and not equal.more_than_noise
+    assert equal.verdict() == (
+        "verdict: final - baseline = +0.0000 over 3 examples: no difference (every paired reward equal)"
+    )
+    shifted = paired_change(before, result([[0.3, 0.3], [0.7, 0.7], [0.3, 0.3], [0.4, 0.4]], [0, 1, 2, 3]))
+    assert shifted.more_than_noise and shifted.verdict() == (
+        "verdict: final - baseline = +0.2000 over 4 examples: better, exactly (every example changed "
+        "by the same amount, no spread)"
+    )
+    for change in (equal, shifted):
+        assert "inf" not in change.verdict() and "nan" not in change.verdict()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo.languages.consistency import language_consistency
+from grpo.languages.consistency import MIN_ID_CONFIDENCE, consistency_counts, language_consistency
 from grpo.languages.spec import available_languages, get_spec
 
 # Two sentences per language, written for these tests.
@@ -134,9 +134,17 @@ def test_tags_names_numbers_code_and_urls_do_not_count():
     assert language_consistency(answer, de, ignore=names) == 1.0
     # the names themselves are Latin words the identifier cannot place: they would count against
     assert language_consistency(answer, de) < 1.0
-    # numbers only, tags only, names only: nothing countable
-    assert language_consistency("<answer>42 3.5 -7/8</answer>", de) == 0.0
-    assert language_consistency("AnnaBell\nMarcoEllero", de, ignore=names) == 0.0
+    # for the wrong-language monitor they carry no language signal: no vote either way
+    target, total = consistency_counts(answer, de, min_confidence=MIN_ID_CONFIDENCE)
+    assert 0 < total == target  # the German sentences alone are counted
+    assert consistency_counts("AnnaBell\nMarcoEllero\nJohnSmith", de, min_confidence=MIN_ID_CONFIDENCE) == (
+        0,
+        0,
+    )
+    # a name alone (first or family name of a listed one) is left out as a word, not counted
+    sentence = "Anna, Marco und John sind hier."
+    assert consistency_counts(sentence, de) == (6, 6)
+    assert consistency_counts(sentence, de, names=["Anna Bell", "Marco Ellero", "John Smith"]) == (3, 3)
     # names are also removed when the model lower-cases them
     assert language_consistency(answer.replace("AnnaBell", "annabell"), de, ignore=names) == 1.0
 

@@ -172,3 +172,25 @@ def test_a_tracking_server_and_tracking_none_touch_no_store(tmp_path, monkeypatc
         settings = load_settings(["+env=alphabet_sort", f"output_root={tmp_path}", *overrides])
         check_writable_outputs(settings)
     assert not any(tmp_path.iterdir())
+
+
+def test_only_a_claimed_folder_holding_nothing_else_is_released(tmp_path):
+    """What a refused start removes (grpo/__main__.py): the run folder this process claimed, when
+    it holds only .hydra/ and the log, with the date folder the claim made; nothing else."""
+    from grpo.files import claim_new_dir, release_claimed_dir
+
+    keep = {".hydra", "__main__.log"}
+    refused = claim_new_dir(tmp_path / "runs" / "2026-01-01" / "10-00-00")
+    (refused / ".hydra").mkdir()
+    (refused / "__main__.log").write_text("", encoding="utf-8")
+    assert release_claimed_dir(refused, keep)
+    assert list(tmp_path.iterdir()) == []  # runs/ and the date folder were made by the claim
+
+    started = claim_new_dir(tmp_path / "runs" / "2026-01-01" / "10-00-00")
+    (started / ".hydra").mkdir()
+    (started / "mlflow_run.json").write_text("{}", encoding="utf-8")
+    assert not release_claimed_dir(started, keep) and (started / "mlflow_run.json").is_file()
+    # a folder this process did not claim (hydra.run.dir=<an existing run>) is never removed
+    other = tmp_path / "runs" / "earlier"
+    (other / ".hydra").mkdir(parents=True)
+    assert not release_claimed_dir(other, keep) and (other / ".hydra").is_dir()

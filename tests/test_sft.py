@@ -6,6 +6,7 @@ other token), becomes GRPO's reference model, and a Ctrl-C leaves no half-writte
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from grpo.cli.checks import check
 from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.models import load_policy
-from grpo.run.layout import MLFLOW_RUN_FILE, SFT_DIR, SFT_META_FILE
+from grpo.run.layout import METADATA_FILE, MLFLOW_RUN_FILE, SFT_DIR, SFT_META_FILE
 from grpo.sft.data import env_demonstrations, load_conversations
 from grpo.sft.train import build_sft_trainer, prepare_examples, train_sft
 from grpo.stages import run_stages
@@ -83,6 +84,9 @@ def test_the_stage_logs_sft_metrics_to_the_runs_mlflow_run_and_saves_a_complete_
     for name in ("config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja"):
         assert name in meta["files"] and (out / name).is_file(), name
     assert not (run_dir / f"{SFT_DIR}.partial").exists()
+    # the evaluation's header and metadata name the model it scored: the SFT model, not model=tiny
+    scored = json.loads((run_dir / "eval_eval" / METADATA_FILE).read_text())["model"]
+    assert Path(scored["path"]) == out
 
 
 def test_a_later_run_evaluates_the_saved_model_by_path_to_the_same_result(learned, tmp_path):

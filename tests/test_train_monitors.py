@@ -160,6 +160,33 @@ def test_wrong_language_counts_answers_below_half_in_the_run_language():
     assert language_monitor(spec_from_config(cfg_en.language), build_env(cfg_en.env, cfg_en.language)) is None
 
 
+@pytest.mark.parametrize("code", ["sv", "de"])
+def test_a_list_of_names_is_no_vote_on_the_language(code):
+    """Names carry little language signal: an answer that lists names (the row's, as first or family
+    names alone, outside the answer tags; or names the row does not hold) is not wrong-language, while
+    a sentence in another language still is."""
+    cfg = load_settings(["+env=alphabet_sort", f"language={code}"])
+    env = build_env(cfg.env, cfg.language)
+    score = language_monitor(spec_from_config(cfg.language), env)
+    rows = env.rows("eval", 6)
+    other = {"sv": ["Hans Müller", "Jürgen Schmidt", "Anke Weber", "Uwe Fischer"],
+             "de": ["Lars Svensson", "Karin Lindqvist", "Åsa Berg", "Björn Ek"]}[code]  # fmt: skip
+    lists = []
+    for row in rows:
+        names = [name for turn in row.info["turn_names"] for name in turn]
+        lists += [
+            (row, "<sorted>" + ", ".join(name.split()[0] for name in names) + "</sorted>"),  # first names
+            (row, "\n".join(name.split()[-1] for name in names)),  # family names
+            (row, ", ".join(other)),  # names of another country, not the row's
+        ]
+    judged = [(text, score(completion=[assistant(text)], info=row.info)) for row, text in lists]
+    assert [(text, s) for text, s in judged if s is not None and s < 0.5] == []
+    english = [assistant("I sorted these names by their first name, as you asked me to.")]
+    assert score(completion=english, info=rows[0].info) == 0.0
+    batch = [rollout([assistant(text)], row=row, language=code) for row, text in lists[:3]]
+    assert "monitor/wrong_language" not in batch_monitors(batch, env.has_answer, score)
+
+
 def test_each_monitor_per_language_when_the_batch_has_several():
     en = [rollout([assistant("a b c a b c")], env_mask=[1] * 6, language="en") for _ in range(2)]
     sv = [rollout([assistant("a b c d")], env_mask=[1] * 2, language="sv")]

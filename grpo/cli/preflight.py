@@ -25,6 +25,7 @@ from grpo.compose import compose, group_options, one_line, run_config
 from grpo.config import GrpoConfig, to_settings
 from grpo.errors import EXIT_USER_ERROR, UserError, fail  # noqa: F401 - fail and EXIT_USER_ERROR are imported from here too
 from grpo.run.resume import ResumePlan
+from grpo.run.trained import TrainedModel, resolve_trained_model
 
 # Hydra flags after which preflight stays out of the way (Hydra prints help / info itself)
 _HYDRA_INFO_FLAGS = ("help", "hydra_help", "info", "shell_completion")
@@ -81,11 +82,13 @@ def _checkable_overrides(overrides: list[str]) -> tuple[list[str], dict[str, lis
 
 
 class Checked(NamedTuple):
-    """A checked command line: the (first job's) settings, its composed config, its resume plan."""
+    """A checked command line: the (first job's) settings, its composed config, its resume plan,
+    and the run checkpoint a model.path=<run folder> resolved to (grpo/run/trained.py)."""
 
     settings: GrpoConfig
     config: DictConfig
     resume: ResumePlan | None
+    trained: TrainedModel | None = None
 
 
 def check(overrides: list[str]) -> GrpoConfig:
@@ -135,7 +138,8 @@ def _composed(overrides: list[str], plans: dict[str, ResumePlan]) -> Checked:
         raise UserError(
             f"no environment selected: add +env=NAME (available: {', '.join(group_options('env'))})"
         )
-    return Checked(settings, cfg, plan)
+    settings, trained = resolve_trained_model(settings)
+    return Checked(settings, cfg, plan, trained)
 
 
 # Hydra's text for an override of a key the config does not have (its hint, "To append to your

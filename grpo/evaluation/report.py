@@ -80,6 +80,8 @@ def eval_header(
     gen, m = settings.generation, settings.model
     backend = gen.backend
     model = {"name": m.name, "path": m.path, "source": m.source}
+    if m.adapter:  # a LoRA run's checkpoint on m.path's weights: the adapter names what was scored
+        model["adapter"] = m.adapter
     if backend != "hf":
         # the endpoint serves its own model: record what it was asked for and where
         model["served_model"] = gen.model
@@ -136,7 +138,7 @@ def eval_metadata(
 
 def printable_header(header: dict[str, Any]) -> dict[str, str]:
     model = header["model"]
-    name = model.get("served_model") or model.get("path") or model.get("name")
+    name = model.get("served_model") or model.get("adapter") or model.get("path") or model.get("name")
     s = header["sampling"]
     backend = header["generation_backend"] + (f" @ {header['base_url']}" if header.get("base_url") else "")
     return {

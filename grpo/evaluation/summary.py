@@ -205,6 +205,8 @@ def summarize(
 # a change is "more than noise" when it is at least this many paired standard errors from 0
 # (about a 95% two-sided interval)
 NOISE_SE = 2.0
+# a paired SE this small (relative to the change) is float rounding of no spread at all
+EXACT_SE = 1e-12
 
 
 @dataclass(frozen=True)
@@ -217,17 +219,34 @@ class PairedChange:
     examples: int
 
     @property
+    def exact(self) -> bool:
+        """Every example changed by the same amount (no spread: the paired SE is 0, up to float
+        rounding), so the difference is exact rather than an estimate."""
+        return self.examples > 1 and math.isfinite(self.se) and self.se <= EXACT_SE * max(1.0, abs(self.mean))
+
+    @property
     def more_than_noise(self) -> bool:
-        return self.examples > 1 and abs(self.mean) >= NOISE_SE * self.se and self.se > 0
+        if self.exact:
+            return abs(self.mean) > EXACT_SE
+        return self.examples > 1 and abs(self.mean) >= NOISE_SE * self.se
 
     def verdict(self, before: str = "baseline", after: str = "final") -> str:
-        """One line: the change, its paired SE, and whether it is more than noise."""
+        """One line: the change, its paired SE, and whether it is more than noise (never inf or
+        nan: no spread says so instead of dividing by a zero SE)."""
         head = f"verdict: {after} - {before} = {self.mean:+.4f}"
         if self.examples < 2 or not math.isfinite(self.se):
             return f"{head} on {self.examples} example(s): too few to tell noise from a change"
-        ratio = abs(self.mean) / self.se if self.se > 0 else math.inf
+        direction = "better" if self.mean > 0 else "worse"
+        if self.exact:
+            if not self.more_than_noise:
+                return f"{head} over {self.examples} examples: no difference (every paired reward equal)"
+            return (
+                f"{head} over {self.examples} examples: {direction}, exactly (every example changed "
+                "by the same amount, no spread)"
+            )
+        ratio = abs(self.mean) / self.se
         said = (
-            ("better" if self.mean > 0 else "worse") + f", more than noise ({ratio:.1f} SE)"
+            f"{direction}, more than noise ({ratio:.1f} SE)"
             if self.more_than_noise
             else f"within noise ({ratio:.1f} SE < {NOISE_SE:g} SE)"
         )

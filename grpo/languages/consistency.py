@@ -18,6 +18,10 @@ Counting:
   model reads at most MAX_ID_WORDS words of each (enough to tell a sentence's language, and it
   bounds the cost).
 - Chinese: Han characters in a sentence that also has kana are Japanese, so they count against.
+- Names carry little language signal: the caller's `names` are left out as written and word by
+  word (a first or family name alone). For the wrong-language monitor (`consistency_counts` with
+  min_confidence=MIN_ID_CONFIDENCE) a Latin sentence that no function word settles and the
+  identifier is unsure of (a list of other names, a few keywords) is not counted either way.
 The reward is target words / counted words, in [0, 1]. A text with no countable word (empty,
 whitespace, only tags, names or numbers, not a string) scores 0.0: silence is no evidence of
 answering in the language, and a constant for a whole group changes no GRPO advantage. Never raises.
@@ -39,6 +43,11 @@ log = logging.getLogger(__name__)
 MIN_ID_WORDS = 3
 # words of a sentence the identifier reads
 MAX_ID_WORDS = 8
+# the wrong-language monitor's least identifier probability for the most likely language of a
+# sentence no function word settles: below it (a list of names, a few keywords) the sentence
+# carries no language signal and counts neither way. The reward counts every sentence: a few
+# English words such as a format token score low there too (names are left out by the caller)
+MIN_ID_CONFIDENCE = 0.8
 
 _MARKUP_RE = re.compile(
     r"```.*?(?:```|\Z)"  # fenced code; an unclosed fence runs to the end
@@ -55,29 +64,47 @@ _HAN_RE = WORD_RES["Han"]
 
 
 def language_consistency(
-    text: Any, spec: LanguageSpec, ignore: Iterable[str] = (), tags: Iterable[str] = ()
+    text: Any,
+    spec: LanguageSpec,
+    ignore: Iterable[str] = (),
+    tags: Iterable[str] = (),
+    names: Iterable[str] = (),
 ) -> float:
     """The share, in [0, 1], of the words of `text` that are in `spec`'s language. `ignore`:
     strings left out before counting (names, format tokens); `tags`: tag names whose complete
-    <tag>...</tag> blocks are left out with their content. 0.0 when nothing is countable."""
+    <tag>...</tag> blocks are left out with their content; `names`: the task's names, whose words
+    (a first or family name alone) are left out as whole words too. 0.0 when nothing is countable."""
     try:
-        return _consistency(text, spec, ignore, tags)
+        target, total = consistency_counts(text, spec, ignore, tags, names)
     except Exception:  # the reward contract: garbage in, a number out
         log.debug("language_consistency failed", exc_info=True)
         return 0.0
-
-
-def _consistency(text: Any, spec: LanguageSpec, ignore: Iterable[str], tags: Iterable[str]) -> float:
-    if not isinstance(text, str) or not text or spec.is_mix:
-        return 0.0
-    text = strip_uncounted(text, ignore, tags)
-    if spec.needs_language_id:
-        target, total = _latin_counts(text, spec)
-    else:
-        target, total = _script_counts(text, spec.scripts)
     if total <= 0:
         return 0.0
     return min(1.0, max(0.0, target / total))
+
+
+def consistency_counts(
+    text: Any,
+    spec: LanguageSpec,
+    ignore: Iterable[str] = (),
+    tags: Iterable[str] = (),
+    names: Iterable[str] = (),
+    min_confidence: float = 0.0,
+) -> tuple[int, int]:
+    """(words in `spec`'s language, words counted) of `text`, as `language_consistency` counts
+    them. `min_confidence` (e.g. MIN_ID_CONFIDENCE): a Latin sentence that no function word
+    settles and the identifier gives less is not counted (no language signal). (0, 0) when
+    nothing is counted. May raise on garbage."""
+    if not isinstance(text, str) or not text or spec.is_mix:
+        return 0, 0
+    text = strip_uncounted(text, ignore, tags)
+    if spec.needs_language_id:
+        name_words = {
+            w.casefold() for name in names if isinstance(name, str) for w in _LATIN_RE.findall(name)
+        }
+        return _latin_counts(text, spec, name_words, min_confidence)
+    return _script_counts(text, spec.scripts)
 
 
 def strip_uncounted(text: str, ignore: Iterable[str] = (), tags: Iterable[str] = ()) -> str:
@@ -144,9 +171,12 @@ def _script_counts(text: str, scripts: tuple[str, ...]) -> tuple[int, int]:
     return target, total
 
 
-def _latin_counts(text: str, spec: LanguageSpec) -> tuple[int, int]:
+def _latin_counts(
+    text: str, spec: LanguageSpec, name_words: set[str], min_confidence: float
+) -> tuple[int, int]:
     """(target words, counted words) for a Latin-script language: Latin words count when their
-    sentence is identified as the language."""
+    sentence is identified as the language. `name_words` (case-folded) are left out; a sentence
+    without language signal (`words_in_language` None under `min_confidence`) is not counted."""
     from grpo.languages.identify import words_in_language
 
     total = _other_words(text, ("Latin",))
@@ -154,18 +184,22 @@ def _latin_counts(text: str, spec: LanguageSpec) -> tuple[int, int]:
     buffer: list[str] = []
     last: bool | None = None
     for sentence in _SENTENCE_RE.split(text):
-        words = _LATIN_RE.findall(sentence)
+        words = [w for w in _LATIN_RE.findall(sentence) if w.casefold() not in name_words]
         if not words:
             continue
         buffer.extend(words)
         if len(buffer) >= MIN_ID_WORDS:
-            last = words_in_language(buffer, spec.code, MAX_ID_WORDS)
-            total += len(buffer)
-            target += len(buffer) if last else 0
+            verdict = words_in_language(buffer, spec.code, MAX_ID_WORDS, min_confidence)
+            if verdict is not None:
+                last = verdict
+                total += len(buffer)
+                target += len(buffer) if verdict else 0
             buffer = []
     if buffer:  # a short tail goes with the sentence before it (or is identified alone)
-        if last is None:
-            last = words_in_language(buffer, spec.code, MAX_ID_WORDS)
-        total += len(buffer)
-        target += len(buffer) if last else 0
+        verdict = (
+            last if last is not None else words_in_language(buffer, spec.code, MAX_ID_WORDS, min_confidence)
+        )
+        if verdict is not None:
+            total += len(buffer)
+            target += len(buffer) if verdict else 0
     return target, total

@@ -148,9 +148,12 @@ def is_language(text: str, code: str, ratio: float = 0.5, k: int = 3) -> bool:
     return _decide(labels, probs, code, ratio)
 
 
-def words_in_language(words: list[str], code: str, max_words: int = 8) -> bool:
+def words_in_language(
+    words: list[str], code: str, max_words: int = 8, min_confidence: float = 0.0
+) -> bool | None:
     """Whether a sentence, given as its words, is in language `code`: function words first, the
-    model on the first `max_words` words otherwise."""
+    model on the first `max_words` words otherwise. None (no signal) when no function word settles
+    it and the model gives its most likely language less than `min_confidence` (a list of names)."""
     lexical = lexical_language(words)
     if lexical is not None:
         return lexical == code
@@ -158,6 +161,8 @@ def words_in_language(words: list[str], code: str, max_words: int = 8) -> bool:
     if line.isupper():
         line = line.lower()
     labels, probs = predictor()(line, 3)
+    if not probs or probs[0] < min_confidence:
+        return None
     return _decide(labels, probs, code, 0.5)
 
 

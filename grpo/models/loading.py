@@ -193,7 +193,7 @@ def load_policy(
         model = random_qwen3(
             model_cfg.architecture, tokenizer, seed=model_cfg.seed, dtype=model_dtype, device=device
         )
-        return model, tokenizer
+        return _with_adapter(model, tokenizer, model_cfg) if model_cfg.adapter else (model, tokenizer)
 
     path = str(model_cfg.path)
     target = _check_source("model.path", path, ("config.json",), "model")
@@ -207,6 +207,20 @@ def load_policy(
         raise _load_error("model.path", path, exc) from exc
     if device is not None:
         model = model.to(device)
+    return _with_adapter(model, tokenizer, model_cfg)
+
+
+def _with_adapter(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, model_cfg: ModelConfig
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The loaded weights with model.adapter (a LoRA run's checkpoint) merged in, in eval mode."""
+    if model_cfg.adapter:
+        from peft import PeftModel
+
+        try:
+            model = PeftModel.from_pretrained(model, model_cfg.adapter).merge_and_unload()
+        except load_errors() as exc:
+            raise _load_error("model.adapter", model_cfg.adapter, exc) from exc
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.eval(), tokenizer

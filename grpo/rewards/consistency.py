@@ -2,7 +2,7 @@
 scores the share of the model's words in the row's language (grpo.languages.consistency).
 
 Left out of the count: the row's names (the strings under info's "names", "turn_names" and
-"ignore" keys), the environment's `format_tokens` (e.g. `// new name!`) and the content of its
+"ignore" keys, whole and word by word: a first or family name alone), the environment's `format_tokens` (e.g. `// new name!`) and the content of its
 `answer_tags` blocks (sorted names, reversed text: data, not prose).
 """
 
@@ -13,15 +13,12 @@ from typing import Any
 
 from grpo.envs.parsers import assistant_turns
 from grpo.envs.rubric import RewardFunc
-from grpo.languages.consistency import language_consistency, strip_uncounted
-from grpo.languages.script import OTHER, SCRIPTS, words_re
+from grpo.languages.consistency import MIN_ID_CONFIDENCE, consistency_counts, language_consistency
 from grpo.languages.spec import MIX, LanguageSpec, get_spec
 
 REWARD_NAME = "language_consistency"
 # info keys whose (possibly nested) string lists are ignored: the row's names
 INFO_IGNORE_KEYS = ("names", "turn_names", "ignore")
-# a word of any script: what the score counts
-_ANY_WORD = words_re((*SCRIPTS, OTHER))
 
 
 def consistency_reward_funcs(spec: LanguageSpec, env: Any) -> list[RewardFunc]:
@@ -63,8 +60,8 @@ def make_consistency_reward(
         judged = _judged(spec, completion, info, language, fixed)
         if judged is None:
             return 0.0
-        row_spec, text, ignored = judged
-        return language_consistency(text, row_spec, ignored, tag_names)
+        row_spec, text, ignored, names = judged
+        return language_consistency(text, row_spec, ignored, tag_names, names)
 
     return RewardFunc(REWARD_NAME, language_consistency_reward, weight)
 
@@ -74,8 +71,9 @@ def make_consistency_scorer(
 ) -> Callable[..., float | None]:
     """fn(completion=, info=, language=) -> the reward's score of the assistant turns, or None when
     there is nothing to judge: no countable word once the names, `ignore` strings and `tags` blocks
-    are left out (an alphabet-sort answer is all names), or no known row language. For monitoring
-    (grpo/train/monitors.py), where "no words" must not read as "wrong language"."""
+    are left out (an alphabet-sort answer is all names), no language signal in what is left (a
+    list of other names), or no known row language. For monitoring (grpo/train/monitors.py),
+    where "no words" must not read as "wrong language"."""
     fixed = tuple(ignore)
     tag_names = tuple(tags)
     _load_identifier(spec)
@@ -86,10 +84,9 @@ def make_consistency_scorer(
         judged = _judged(spec, completion, info, language, fixed)
         if judged is None:
             return None
-        row_spec, text, ignored = judged
-        if not isinstance(text, str) or not _ANY_WORD.search(strip_uncounted(text, ignored, tag_names)):
-            return None
-        return language_consistency(text, row_spec, ignored, tag_names)
+        row_spec, text, ignored, names = judged
+        target, total = consistency_counts(text, row_spec, ignored, tag_names, names, MIN_ID_CONFIDENCE)
+        return target / total if total > 0 else None
 
     return score
 
@@ -106,16 +103,16 @@ def _load_identifier(spec: LanguageSpec) -> None:
 
 def _judged(
     spec: LanguageSpec, completion: Any, info: Any, language: Any, fixed: tuple[str, ...]
-) -> tuple[LanguageSpec, Any, tuple[str, ...]] | None:
-    """(the row's language, the assistant text, the strings left out) of one rollout, or None
-    when the row's language is unknown."""
+) -> tuple[LanguageSpec, Any, tuple[str, ...], tuple[str, ...]] | None:
+    """(the row's language, the assistant text, the strings left out, the row's names) of one
+    rollout, or None when the row's language is unknown."""
     info = info if isinstance(info, dict) else {}
     row_spec = _row_spec(spec, language if language is not None else info.get("language"))
     if row_spec is None:
         return None
     text = completion if isinstance(completion, str) else "\n".join(assistant_turns(completion))
     names = [s for key in INFO_IGNORE_KEYS for s in _strings(info.get(key))]
-    return row_spec, text, fixed + tuple(names)
+    return row_spec, text, fixed + tuple(names), tuple(names)
 
 
 def _strings(value: Any) -> list[str]:

@@ -15,7 +15,8 @@ From the rollouts of one generation batch (one per optimizer step), `batch_monit
     monitor/wrong_language   non-English runs: the share of completions whose language-consistency
                              score (grpo.languages.consistency) is below WRONG_LANGUAGE_BELOW, among
                              those with words to judge (names, format tokens and the env's answer
-                             blocks are not words here, so an answer that is all names is no vote)
+                             blocks are not words here, nor is a Latin sentence without language
+                             signal: an answer that is all names, the row's or others, is no vote)
 
 Words are those of grpo.languages.script (a Han or kana character is a word of its own; other
 scripts' words are runs of letters) plus runs of digits, compared case-folded. Repetition is

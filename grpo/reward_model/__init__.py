@@ -9,8 +9,8 @@
 
 The GRPO side (loading checkpoints, normalising, ensembles, TRL reward functions) is
 grpo/rewards/learned.py. The files of a reward model dir are named in grpo/run/layout.py. This
-module is light: it holds what both sides share and the checkpoint check the config rules
-(grpo/cli/checks.py) call.
+module is light: it holds what both sides share and the checkpoint check its settings rules
+(grpo/reward_model/checks.py) call.
 """
 
 from __future__ import annotations

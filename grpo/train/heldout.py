@@ -6,7 +6,7 @@ Every trainer.eval_steps optimizer steps, `HeldoutEvaluation` runs the evaluator
 trainer's current policy on a fixed held-out subset: the LAST trainer.val_num_examples rows of the
 env's eval split, each rolled out trainer.val_rollouts_per_example times, sampled as eval.* says
 (temperature, top_p, seed). The final evaluation takes the FIRST eval.num_examples rows, so the two
-share no row when the split holds both (grpo/cli/checks.py checks it when the env config gives
+share no row when the split holds both (grpo/train/checks.py checks it when the env config gives
 num_eval_examples). Validation runs in on_step_end, after optimizer step N and before that step's
 log and checkpoint, inside torch.random.fork_rng: training samples exactly as it would without it.
 

@@ -7,6 +7,7 @@
     report.py     the printed vf-eval-like report and the header recorded with it
     dataset.py    an evaluation as a Hugging Face dataset: saved, pushed to the Hub, described
                   to MLflow
+    checks.py     the settings rules of the eval group, and the eval rows validation leaves it
 
 Imports envs, the rollout engine and generation's types; nothing above it. Light at import.
 """

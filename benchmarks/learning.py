@@ -102,6 +102,7 @@ def wall_clock_curve(bench: Bench, interval_s: float, rows: Sequence[Any], rollo
     from transformers import TrainerCallback
 
     from grpo.evaluation.evaluator import evaluate_rows
+    from grpo.evaluation.setup import EvalSetup
     from grpo.generation import make_backend
 
     class WallClockCurve(TrainerCallback):
@@ -121,7 +122,7 @@ def wall_clock_curve(bench: Bench, interval_s: float, rows: Sequence[Any], rollo
             with torch.random.fork_rng():
                 backend = make_backend(bench.settings.generation, model, tokenizer, bench.settings.model)
                 result = evaluate_rows(
-                    bench.settings, bench.env, rows, rollouts, backend, None, label="curve"
+                    EvalSetup.of(bench.settings), bench.env, rows, rollouts, backend, None, label="curve"
                 )
             model.train(was_training)
             for code, stats in {"all": {"mean": result.mean}, **result.per_language}.items():
@@ -177,10 +178,13 @@ class Bench:
 
     def score(self, label: str, model: Any, tokenizer: Any, seconds: float, note: str = "", **extra) -> Arm:
         from grpo.evaluation.evaluator import evaluate
+        from grpo.evaluation.setup import EvalSetup
         from grpo.generation import make_backend
 
         backend = make_backend(self.settings.generation, model, tokenizer, self.settings.model)
-        result = evaluate(self.settings, self.env, backend, self.out / f"eval_{label}", label=label)
+        result = evaluate(
+            EvalSetup.of(self.settings), self.env, backend, self.out / f"eval_{label}", label=label
+        )
         if len(result.rewards) != len(self.languages):
             raise RuntimeError(
                 f"{label}: {len(result.rewards)} examples scored, expected {len(self.languages)}"

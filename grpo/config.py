@@ -8,7 +8,7 @@ group is typed `Any`: its keys are the arguments of the environment class it nam
 
 `to_settings(cfg)` turns a composed DictConfig into these dataclasses (the `env` group becomes a
 plain dict): stages and builders take those typed settings, never a DictConfig. Rules that span
-fields live in grpo/cli/checks.py.
+fields live next to what they check, in grpo/<package>/checks.py (walked by grpo/cli/checks.py).
 
 This module imports no other grpo module, and nothing heavy: it sits at the bottom of the graph.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-# ---- allowed values (grpo/cli/checks.py checks them; the builders map them) --------------------
+# ---- allowed values (grpo/<package>/checks.py checks them; the builders map them) --------------------
 
 STAGES = ("reward_model", "sft", "eval", "train")
 MODEL_SOURCES = ("pretrained", "random")

@@ -220,6 +220,7 @@ def _baseline_done(run: StageContext) -> bool:
 
 def _eval_stage(run: StageContext) -> None:
     from grpo.evaluation.evaluator import evaluate
+    from grpo.evaluation.setup import EvalSetup
     from grpo.generation import make_backend
 
     settings, results = run.settings, run.results
@@ -227,7 +228,7 @@ def _eval_stage(run: StageContext) -> None:
     backend = make_backend(settings.generation, policy.model, policy.tokenizer, settings.model)
     label = eval_label(settings, results.train is not None)
     result = evaluate(
-        _scored(settings, results),
+        EvalSetup.of(_scored(settings, results)),
         run.env,
         backend,
         run.paths.eval(label),
@@ -274,6 +275,7 @@ def _scored(settings: GrpoConfig, results: RunResults) -> GrpoConfig:
 def _eval_best(run: StageContext) -> None:
     """Evaluate the best checkpoint (by validation reward), loaded from disk, as label `best`."""
     from grpo.evaluation.evaluator import evaluate
+    from grpo.evaluation.setup import EvalSetup
     from grpo.generation import make_backend
     from grpo.train.trainer import checkpoint_policy
 
@@ -288,7 +290,8 @@ def _eval_best(run: StageContext) -> None:
     model, tokenizer = checkpoint_policy(results.train, best.path, settings.model)
     backend = make_backend(settings.generation, model, tokenizer, settings.model)
     # the evaluation's header and metadata name the checkpoint
-    at_best = dataclasses.replace(settings, model=dataclasses.replace(settings.model, path=str(best.path)))
+    setup = EvalSetup.of(settings)
+    at_best = dataclasses.replace(setup, model=dataclasses.replace(setup.model, path=str(best.path)))
     result = evaluate(
         at_best,
         run.env,

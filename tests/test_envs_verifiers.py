@@ -34,6 +34,7 @@ from grpo.envs import build_env  # noqa: E402
 from grpo.envs.verifiers_env import INSTALL_HINT, VerifiersEnv, load_verifiers_env  # noqa: E402
 from grpo.errors import UserError  # noqa: E402
 from grpo.evaluation.evaluator import evaluate_rows  # noqa: E402
+from grpo.evaluation.setup import EvalSetup  # noqa: E402
 from grpo.generation.base import GenRequest, GenResult, Sampling  # noqa: E402
 
 SINGLE_ID, MULTI_ID = "vf-grpo-single", "someorg/vf-grpo-multi"
@@ -185,7 +186,7 @@ def grpo_eval(
     """grpo's evaluator on the scripted replies: one results.jsonl record per rollout."""
     settings = load_settings(["+env=verifiers", f"env.id={env.env_id}", "eval.seed=0"])
     rows = env.rows("eval")
-    evaluate_rows(settings, env, rows, r, ScriptedBackend(rows, scripts), out)
+    evaluate_rows(EvalSetup.of(settings), env, rows, r, ScriptedBackend(rows, scripts), out)
     lines = (out / "results.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines]
 
@@ -288,7 +289,7 @@ def test_single_turn_through_an_openai_compatible_server_scores_as_verifiers(tmp
             + ["generation.model=scripted", "generation.max_retries=0"]
         )
         backend = make_backend(settings.generation, None, None, settings.model)
-        evaluate_rows(settings, env, env.rows("eval"), 2, backend, tmp_path)
+        evaluate_rows(EvalSetup.of(settings), env, env.rows("eval"), 2, backend, tmp_path)
         # the env's formatted prompt went over the wire as it is (system prompt and few-shot included)
         assert [m["role"] for m in server.bodies[0]["messages"]] == ["system", "user", "assistant", "user"]
     records = [

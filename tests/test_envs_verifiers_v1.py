@@ -279,6 +279,7 @@ def test_runs_of_an_env_named_by_its_id_land_in_its_own_experiment():
     from grpo.tracking.store import experiment_name
 
     for env_id in ("someorg/vf-my-env@1.0", "vf-my-env"):
-        assert experiment_name(load_settings(["+env=verifiers", f"env.id={env_id}"])) == "grpo-vf-my-env"
+        settings = load_settings(["+env=verifiers", f"env.id={env_id}"])
+        assert experiment_name(settings.tracking, settings.env) == "grpo-vf-my-env"
     named = load_settings(["+env=verifiers", "env.id=vf-my-env", "env.name=mine"])
-    assert experiment_name(named) == "grpo-mine"
+    assert experiment_name(named.tracking, named.env) == "grpo-mine"

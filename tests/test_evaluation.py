@@ -31,6 +31,7 @@ from grpo.envs.parsers import assistant_turns
 from grpo.envs.rubric import RewardFunc
 from grpo.errors import UserError
 from grpo.evaluation.evaluator import evaluate
+from grpo.evaluation.setup import EvalSetup
 from grpo.evaluation.summary import pass_at_k
 from grpo.files import to_json, write_jsonl_atomic
 from grpo.generation.base import GenRequest, GenResult, Sampling
@@ -202,7 +203,9 @@ def test_cli_negative_num_examples_is_one_line_exit_2(tmp_path: Path) -> None:
 def test_evaluate_tiny_model_end_to_end(tmp_path: Path, tiny_alphabet, capsys) -> None:
     cfg, env, backend = tiny_alphabet
     extra = RewardFunc("ascii_share", ascii_share, 0.5)
-    result = evaluate(cfg, env, backend, tmp_path, label="baseline", extra_reward_funcs=[extra], step=7)
+    result = evaluate(
+        EvalSetup.of(cfg), env, backend, tmp_path, label="baseline", extra_reward_funcs=[extra], step=7
+    )
     out = capsys.readouterr().out
 
     records = read_results(tmp_path / RESULTS_FILE)
@@ -268,7 +271,7 @@ def test_evaluate_is_deterministic_per_seed(tmp_path: Path, tiny_alphabet) -> No
 
     def completions(seed: int, name: str) -> list[Any]:
         run_cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, seed=seed))
-        evaluate(run_cfg, env, backend, tmp_path / name)
+        evaluate(EvalSetup.of(run_cfg), env, backend, tmp_path / name)
         return [(r["prompt"], r["completion"]) for r in read_results(tmp_path / name / RESULTS_FILE)]
 
     first, again, other = completions(0, "a"), completions(0, "b"), completions(1, "c")
@@ -291,7 +294,7 @@ def test_scripted_alphabet_sort_scores_and_no_pass_at_k(tmp_path: Path, capsys) 
     env = build_env(cfg.env, cfg.language)
     rows = env.rows("eval", 3)
     backend = ScriptedBackend(env, rows, [[True, False]] * 3, add_bogus_line)
-    result = evaluate(cfg, env, backend, tmp_path)
+    result = evaluate(EvalSetup.of(cfg), env, backend, tmp_path)
     out = capsys.readouterr().out
     records = read_results(tmp_path / RESULTS_FILE)
     for rec in records:
@@ -313,7 +316,7 @@ def test_arithmetic_pass_at_k_hand_worked(tmp_path: Path, capsys) -> None:
     env = build_env(cfg.env, cfg.language)
     plan = [[True, False, True], [False, False, False], [True, True, True]]
     backend = ScriptedBackend(env, env.rows("eval", 3), plan, lambda _: "no idea \\boxed{nope}")
-    result = evaluate(cfg, env, backend, tmp_path)
+    result = evaluate(EvalSetup.of(cfg), env, backend, tmp_path)
     out = capsys.readouterr().out
 
     assert result.rewards == [[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
@@ -353,7 +356,7 @@ def two_language_eval() -> tuple[Any, Any, ScriptedBackend]:
 
 def test_per_language_table(tmp_path: Path, capsys) -> None:
     cfg, env, backend = two_language_eval()
-    result = evaluate(cfg, env, backend, tmp_path)
+    result = evaluate(EvalSetup.of(cfg), env, backend, tmp_path)
     out = capsys.readouterr().out
 
     records = read_results(tmp_path / RESULTS_FILE)
@@ -387,9 +390,15 @@ def test_extra_reward_name_clash_is_user_error(tmp_path: Path) -> None:
     env = build_env(cfg.env, cfg.language)
     backend = ScriptedBackend(env, env.rows("eval", 1), [[True]], str)
     with pytest.raises(UserError, match="exact_match"):
-        evaluate(cfg, env, backend, tmp_path, extra_reward_funcs=[RewardFunc("exact_match", ascii_share)])
+        evaluate(
+            EvalSetup.of(cfg),
+            env,
+            backend,
+            tmp_path,
+            extra_reward_funcs=[RewardFunc("exact_match", ascii_share)],
+        )
     with pytest.raises(UserError, match="reward"):
-        evaluate(cfg, env, backend, tmp_path, extra_reward_funcs=[("reward", ascii_share, 1.0)])
+        evaluate(EvalSetup.of(cfg), env, backend, tmp_path, extra_reward_funcs=[("reward", ascii_share, 1.0)])
     assert not (tmp_path / RESULTS_FILE).exists()
 
 
@@ -408,7 +417,9 @@ def test_score_columns_are_reported_unclipped_and_not_in_the_reward(tmp_path: Pa
         out[2], out[3] = None, math.nan  # example 1 (sv): no score
         return out
 
-    result = evaluate(cfg, env, backend, tmp_path, score_funcs=[RewardFunc("reward_model", rm_score)])
+    result = evaluate(
+        EvalSetup.of(cfg), env, backend, tmp_path, score_funcs=[RewardFunc("reward_model", rm_score)]
+    )
     out = capsys.readouterr().out
 
     assert len(calls) == 1 and set(calls[0]) >= {
@@ -437,7 +448,7 @@ def test_score_columns_are_reported_unclipped_and_not_in_the_reward(tmp_path: Pa
     assert table[1].split()[-1] == "reward_model" and table[2].split()[-1] == "-0.5000"
 
     with pytest.raises(UserError, match="exact_match"):
-        evaluate(cfg, env, backend, tmp_path, score_funcs=[RewardFunc("exact_match", rm_score)])
+        evaluate(EvalSetup.of(cfg), env, backend, tmp_path, score_funcs=[RewardFunc("exact_match", rm_score)])
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from grpo.envs import build_env
 from grpo.errors import UserError
 from grpo.evaluation.dataset import DATASET_DIR, eval_input_rows
 from grpo.evaluation.evaluator import RESULTS_FILE, evaluate
+from grpo.evaluation.setup import EvalSetup
 
 
 def _wrong(reference: str) -> str:
@@ -42,7 +43,9 @@ def test_saved_dataset_round_trips_results_jsonl(tmp_path: Path, env_args: list[
     )
     env = build_env(cfg.env, cfg.language)
     plan = [[True, False], [False, False], [True, True]]
-    result = evaluate(cfg, env, ScriptedBackend(env, env.rows("eval", 3), plan, _wrong), tmp_path)
+    result = evaluate(
+        EvalSetup.of(cfg), env, ScriptedBackend(env, env.rows("eval", 3), plan, _wrong), tmp_path
+    )
 
     records = read_results(tmp_path / RESULTS_FILE)
     dataset = load_from_disk(str(tmp_path / DATASET_DIR))

@@ -445,6 +445,7 @@ def test_the_shipped_warm_start_loads_offline_and_sorts_names(tmp_path):
     writes sorted lists (the SFT model of the See it learn recipe scores ~0.5)."""
     from grpo.envs import build_env
     from grpo.evaluation.evaluator import evaluate
+    from grpo.evaluation.setup import EvalSetup
     from grpo.files import ASSETS_DIR
     from grpo.generation import make_backend
 
@@ -467,5 +468,5 @@ def test_the_shipped_warm_start_loads_offline_and_sorts_names(tmp_path):
     assert next(model.parameters()).dtype == torch.float32
     env = build_env(settings.env, settings.language)
     backend = make_backend(settings.generation, model, tokenizer, settings.model)
-    result = evaluate(settings, env, backend, tmp_path / "eval", label="warm")
+    result = evaluate(EvalSetup.of(settings), env, backend, tmp_path / "eval", label="warm")
     assert result.mean > 0.25

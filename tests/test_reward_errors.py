@@ -18,6 +18,7 @@ from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.envs.rubric import RewardErrors, RewardFunc, Rubric, checked_score, score_reward
 from grpo.evaluation.evaluator import evaluate
+from grpo.evaluation.setup import EvalSetup
 from grpo.rewards import RunRewards
 from grpo.run.layout import METADATA_FILE
 from grpo.train.progress import reward_error_hint, zero_signal_hint
@@ -69,7 +70,9 @@ def test_evaluation_reports_the_errors_per_function(tmp_path, capsys):
     rows = env.rows("eval", 3)
     backend = ScriptedBackend(env, rows, [[True, True]] * 3, str)
     broken = Broken()
-    result = evaluate(cfg, env, backend, tmp_path, extra_reward_funcs=[RewardFunc("broken", broken, 1.0)])
+    result = evaluate(
+        EvalSetup.of(cfg), env, backend, tmp_path, extra_reward_funcs=[RewardFunc("broken", broken, 1.0)]
+    )
     out = capsys.readouterr().out
 
     assert broken.calls == 6
@@ -82,7 +85,7 @@ def test_evaluation_reports_the_errors_per_function(tmp_path, capsys):
 
     # the env's own rubric function raising is counted too, and a second evaluation counts its own
     env.rubric.funcs[0] = RewardFunc("alphabet_sort_reward", Broken(), 1.0)
-    again = evaluate(cfg, env, backend, tmp_path / "again")
+    again = evaluate(EvalSetup.of(cfg), env, backend, tmp_path / "again")
     assert again.errors == {"alphabet_sort_reward": 6} and again.mean == 0.0
 
 

@@ -20,6 +20,7 @@ from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.errors import UserError
 from grpo.evaluation.evaluator import RESULTS_FILE, evaluate_rows
+from grpo.evaluation.setup import EvalSetup
 from grpo.generation import make_backend
 from grpo.run.checkpoints import (
     BEST_MARKER,
@@ -187,7 +188,7 @@ def test_keep_best_keeps_the_checkpoint_with_the_best_val_reward(tmp_path):
     saved = load_file(str(result.best.path / "model.safetensors"))
     assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
     again = evaluate_rows(
-        cfg,
+        EvalSetup.of(cfg),
         env,
         heldout_rows(env, cfg.trainer.val_num_examples),
         cfg.trainer.val_rollouts_per_example,

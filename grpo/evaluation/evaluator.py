@@ -12,8 +12,9 @@ their own: per rollout in results.jsonl, mean / std and a mean per language in t
 metrics. They are not rewards: not clipped to [0, 1] and not counted in the total.
 
 The statistics are grpo/evaluation/summary.py's, the printed report grpo/evaluation/report.py's,
-the saved dataset grpo/evaluation/dataset.py's. Settings arrive checked (grpo/cli/checks.py). This module stays light at import time: torch and
-the rollout engine are imported inside `evaluate`.
+the saved dataset grpo/evaluation/dataset.py's. Settings arrive checked (grpo/cli/checks.py), as the
+part of them an evaluation reads (grpo/evaluation/setup.py). This module stays light at import
+time: torch and the rollout engine are imported inside `evaluate`.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from grpo.config import GrpoConfig
 from grpo.envs.base import Environment, Row
 from grpo.envs.rubric import COMPLETION_FIELD, RESERVED_KEYS, RewardFunc, Rubric, reward_fields
 from grpo.errors import UserError
 from grpo.evaluation.report import eval_header, eval_metadata, format_report, printable_header
+from grpo.evaluation.setup import EvalSetup
 from grpo.evaluation.summary import EvalResult, summarize
 from grpo.files import write_json_atomic, write_jsonl_atomic
 from grpo.run.layout import METADATA_FILE, RESULTS_FILE
@@ -119,7 +120,7 @@ def score_rollout(
 
 
 def evaluate(
-    settings: GrpoConfig,
+    setup: EvalSetup,
     env: Environment,
     backend: Any,
     out_dir: Path,
@@ -134,8 +135,9 @@ def evaluate(
 
     `extra_reward_funcs` (RewardFunc, or (name, fn[, weight])) join the env rubric: they get a column
     in results.jsonl, a per-function mean, and their weighted score counts in the total reward.
-    `score_funcs` get a column too but do not count (see the module docstring)."""
-    ev = settings.eval
+    `score_funcs` get a column too but do not count (see the module docstring). `setup`: the
+    run's settings as the evaluation reads them (`EvalSetup.of(settings)`)."""
+    ev = setup.eval
     n_wanted, r = int(ev.num_examples), int(ev.rollouts_per_example)
     rows = env.rows("eval", n_wanted)
     if len(rows) < n_wanted:
@@ -144,7 +146,7 @@ def evaluate(
         )
     print(f"evaluating {env.name} ({label}): {len(rows)} examples x {r} rollouts", flush=True)
     result = evaluate_rows(
-        settings,
+        setup,
         env,
         rows,
         r,
@@ -157,30 +159,28 @@ def evaluate(
         progress=True,
         save_dataset=bool(ev.save_dataset or ev.push_to_hub),
     )
-    header = eval_header(
-        settings, env, len(rows), r, eval_sampling(settings), settings.trainer.max_completion_length
-    )
+    header = eval_header(setup, env, len(rows), r, eval_sampling(setup))
     show = bool(ev.show_examples if show_examples is None else show_examples)
     print(format_report(result, printable_header(header), show_examples=show))
     sys.stdout.flush()
     return result
 
 
-def eval_sampling(settings: GrpoConfig) -> Any:
+def eval_sampling(setup: EvalSetup) -> Any:
     """How evaluation samples: eval.temperature / top_p / seed, generation.max_tokens_per_turn."""
     from grpo.generation.base import Sampling
 
-    ev = settings.eval
+    ev = setup.eval
     return Sampling(
         temperature=float(ev.temperature),
         top_p=float(ev.top_p),
-        max_tokens_per_turn=settings.generation.max_tokens_per_turn,
+        max_tokens_per_turn=setup.generation.max_tokens_per_turn,
         seed=ev.seed,
     )
 
 
 def evaluate_rows(
-    settings: GrpoConfig,
+    setup: EvalSetup,
     env: Environment,
     rows: Sequence[Row],
     rollouts_per_example: int,
@@ -204,10 +204,10 @@ def evaluate_rows(
     rubric = combined_rubric(env, extra_reward_funcs)
     check_score_names(rubric, score_funcs)
     extras = rubric.funcs[len(env.rubric.funcs) :]
-    sampling = eval_sampling(settings)
-    max_completion_tokens = settings.trainer.max_completion_length
+    sampling = eval_sampling(setup)
+    max_completion_tokens = setup.max_completion_tokens
     out_dir = Path(out_dir) if out_dir is not None else None
-    header = eval_header(settings, env, len(rows), r, sampling, max_completion_tokens)
+    header = eval_header(setup, env, len(rows), r, sampling)
 
     start = time.perf_counter()
     rollouts = run_rollouts(
@@ -247,7 +247,7 @@ def evaluate_rows(
         from grpo.evaluation.dataset import save_eval_dataset
 
         result.dataset_path = save_eval_dataset(records, out_dir, env.name)
-    metadata = eval_metadata(settings, result, header, label, step)
+    metadata = eval_metadata(setup, result, header, label, step)
     write_json_atomic(metadata_path, metadata)
     return result
 

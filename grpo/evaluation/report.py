@@ -14,8 +14,8 @@ import datetime as _dt
 import math
 from typing import Any
 
-from grpo.config import GrpoConfig
 from grpo.envs.base import Environment
+from grpo.evaluation.setup import EvalSetup
 from grpo.evaluation.summary import EvalResult
 from grpo.run.layout import RESULTS_FILE
 
@@ -74,10 +74,8 @@ def format_report(result: EvalResult, header: dict[str, Any], show_examples: boo
     return "\n".join(lines)
 
 
-def eval_header(
-    settings: GrpoConfig, env: Environment, n: int, r: int, sampling: Any, max_completion_tokens: int
-) -> dict[str, Any]:
-    gen, m = settings.generation, settings.model
+def eval_header(setup: EvalSetup, env: Environment, n: int, r: int, sampling: Any) -> dict[str, Any]:
+    gen, m = setup.generation, setup.model
     backend = gen.backend
     model = {"name": m.name, "path": m.path, "source": m.source}
     if m.adapter:  # a LoRA run's checkpoint on m.path's weights: the adapter names what was scored
@@ -95,7 +93,7 @@ def eval_header(
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "max_tokens_per_turn": sampling.max_tokens_per_turn,
-            "max_completion_tokens": max_completion_tokens,
+            "max_completion_tokens": setup.max_completion_tokens,
             "seed": sampling.seed,
         },
         "n": n,
@@ -104,7 +102,7 @@ def eval_header(
 
 
 def eval_metadata(
-    settings: GrpoConfig, result: EvalResult, header: dict[str, Any], label: str, step: int | None
+    setup: EvalSetup, result: EvalResult, header: dict[str, Any], label: str, step: int | None
 ) -> dict[str, Any]:
     """metadata.json of an evaluation: what ran (`header`, the env's arguments), its statistics."""
     return {
@@ -112,7 +110,7 @@ def eval_metadata(
         "step": step,
         **{k: v for k, v in header.items() if k != "sampling"},
         # the env's arguments; its class is recorded as env_class
-        "env_args": {k: v for k, v in (settings.env or {}).items() if k != "_target_"},
+        "env_args": setup.env_args,
         "sampling": header["sampling"],
         "num_examples": result.n,
         "rollouts_per_example": result.r,

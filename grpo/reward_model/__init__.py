@@ -6,11 +6,12 @@
                     language conditioning, text rendering, batched scoring, checkpoint save / load
     calibration.py  per-language mean / std of scores on a held-out reference set
     train.py        the `reward_model` stage: TRL's RewardTrainer, held-out accuracy per language
+    checks.py       the settings rules of the reward_model group (kind, guards, checkpoints, stage)
 
 The GRPO side (loading checkpoints, normalising, ensembles, TRL reward functions) is
 grpo/rewards/learned.py. The files of a reward model dir are named in grpo/run/layout.py. This
-module is light: it holds what both sides share and the checkpoint check the config rules
-(grpo/cli/checks.py) call.
+module is light: it holds what both sides share and the checkpoint check its settings rules
+(grpo/reward_model/checks.py) call.
 """
 
 from __future__ import annotations

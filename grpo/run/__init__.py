@@ -6,6 +6,7 @@
     interrupt.py    Ctrl-C / SIGTERM: stop at a step boundary with a checkpoint, exit 130 / 143
     distributed.py  several processes, one run: ranks, one run folder, collectives
     eta.py          a stage's speed and time left for its progress line
+    checks.py       the settings rules of the run as a whole: finite numbers, stages, resume
 
 Light: no torch at module level (transformers and torch only inside the callbacks and collectives
 that need them), so the front door uses it before anything heavy. Imports only the schema,

@@ -5,6 +5,7 @@ LOCAL_RANK; accelerate builds the process group when the first trainer's argumen
 module reads the environment only (no torch import), so the entry point can use it before Hydra:
 
 - `rank()`, `world_size()`, `is_main()`: the global rank; rank 0 is the main process.
+  `has_cuda_gpu()`: whether this machine shows an NVIDIA GPU (the settings rules ask, before torch).
 - One run dir: Hydra's `${now:}` differs between processes started a second apart, and each
   process would take its own folder. Rank 0 takes it (grpo/files.py) and publishes it in
   `<output_root>/.rendezvous/<launch id>.json`; the other ranks wait for that file and run with
@@ -44,6 +45,13 @@ def world_size() -> int:
 
 def is_main() -> bool:
     return rank() == 0
+
+
+def has_cuda_gpu() -> bool:
+    """Whether an NVIDIA GPU is visible, without importing torch."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidia0")
 
 
 def print_main(*args: object, **kwargs: object) -> None:

@@ -4,6 +4,7 @@
     replay.py   each demonstration replayed through the rollout engine, for GRPO's exact token
                 layout: input ids + the assistant mask (user and environment tokens get no loss)
     train.py    the stage: TRL's SFTTrainer, full or LoRA (merged), saved to <run_dir>/sft
+    checks.py   the settings rules of the stage (its data, training, model and generation needs)
 
 The saved dir is a plain model dir (weights, config, tokenizer with its chat template, and
 sft_meta.json written last: grpo/run/layout.py names them): `model.source=pretrained

@@ -29,9 +29,24 @@ def make_tracker(settings: GrpoConfig, run_dir: Path) -> Tracker:
 
     if settings.tracking.backend == "none" or not is_main():
         return NullTracker()
+    return make_mlflow_tracker(settings, run_dir)
+
+
+def make_mlflow_tracker(settings: GrpoConfig, run_dir: Path) -> Tracker:
+    """The MLflow tracker of the run in `run_dir`, given the parts of `settings` it logs with: the
+    tracking group, the store (tracking.uri or the one under output_root), the experiment, the
+    env's name and the run it resumes."""
     from grpo.tracking.mlflow_tracker import MlflowTracker
+    from grpo.tracking.store import experiment_name, tracking_uri
 
-    return MlflowTracker(settings, Path(run_dir))
+    return MlflowTracker(
+        settings.tracking,
+        Path(run_dir),
+        uri=tracking_uri(settings),
+        experiment=experiment_name(settings.tracking, settings.env),
+        env_name=str((settings.env or {}).get("name", "")),
+        resume=settings.resume,
+    )
 
 
-__all__ = ["TRAIN_PREFIX", "NullTracker", "Tracker", "best_effort", "make_tracker"]
+__all__ = ["TRAIN_PREFIX", "NullTracker", "Tracker", "best_effort", "make_mlflow_tracker", "make_tracker"]

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from grpo.config import GrpoConfig
+from grpo.config import GrpoConfig, TrackingConfig
 from grpo.files import read_jsonl, write_json_atomic
 from grpo.run.layout import RunLayout
 from grpo.tracking import params as P
@@ -38,13 +38,11 @@ from grpo.tracking.render import last_user_message, render_messages
 from grpo.tracking.spool import Spool, unreachable
 from grpo.tracking.store import (
     artifact_location,
-    experiment_name,
     experiment_url,
     get_or_create_experiment,
     make_client,
     metric_curve,
     run_url,
-    tracking_uri,
     ui_hint,
     with_retry,
 )
@@ -71,12 +69,27 @@ _LABEL_ORDER = ("baseline", "eval", "final", "best")
 
 
 class MlflowTracker(Tracker):
-    """Logs one run (a single run, a sweep job, or a resumed run) to an MLflow store."""
+    """Logs one run (a single run, a sweep job, or a resumed run) to an MLflow store. Built by
+    grpo.tracking.make_mlflow_tracker(settings, run_dir): `tracking` is the tracking group, `uri` the
+    store, `experiment` the experiment a new run goes to, `env_name` the env's name (the dataset
+    name of an evaluation that has no task), `resume` the run dir this run resumes (or None)."""
 
-    def __init__(self, settings: GrpoConfig, run_dir: Path) -> None:
-        self.settings = settings
+    def __init__(
+        self,
+        tracking: TrackingConfig,
+        run_dir: Path,
+        *,
+        uri: str,
+        experiment: str,
+        env_name: str = "",
+        resume: str | None = None,
+    ) -> None:
+        self.tracking = tracking
         self.run_dir = Path(run_dir)
-        self.uri = tracking_uri(settings)
+        self.uri = uri
+        self.experiment = experiment
+        self.env_name = env_name
+        self.resume = resume
         self.client: Any = None
         self.run_id: str | None = None
         self.experiment_id: str | None = None
@@ -99,20 +112,20 @@ class MlflowTracker(Tracker):
             run = self._open_run(job, sweep)
         except Exception as ex:
             # a fresh run (or a sweep's child) whose store is away: created once it answers
-            if self.run_id is not None or self.settings.resume or not unreachable(ex):
+            if self.run_id is not None or self.resume or not unreachable(ex):
                 raise
             self._start_offline(job, sweep, ex)
             return self
         self.run_id = run.info.run_id
         self.experiment_id = run.info.experiment_id
         self._write_run_file()
-        if self.settings.tracking.system_metrics:
+        if self.tracking.system_metrics:
             self._system = start_system_metrics(
-                self.run_id, self.uri, self.settings.tracking.system_metrics_interval, self.resumed
+                self.run_id, self.uri, self.tracking.system_metrics_interval, self.resumed
             )
         experiment = with_retry(self.client.get_experiment, self.experiment_id)
         verb = "resumed" if self.resumed else "logging to"
-        ui = self.settings.tracking.ui_url
+        ui = self.tracking.ui_url
         print(
             f"mlflow: {verb} run '{run.info.run_name}' ({self.run_id}) in experiment '{experiment.name}', {self.uri}"
         )
@@ -135,8 +148,8 @@ class MlflowTracker(Tracker):
         if sweep is not None:  # the children of a sweep live in their parent's experiment
             experiment_id = sweep.experiment_id
         else:
-            name = experiment_name(self.settings)
-            location = artifact_location(self.settings, self.uri, name)
+            name = self.experiment
+            location = artifact_location(self.tracking, self.uri, name)
             experiment_id = get_or_create_experiment(self.client, name, location)
         return with_retry(
             self.client.create_run,
@@ -150,13 +163,13 @@ class MlflowTracker(Tracker):
         experiment, or under the sweep's parent, whose ids are on disk), so it exists with all its
         calls once the store answers (or `python -m grpo.tracking.sync` sends them). No system
         metrics meanwhile: MLflow's monitor needs the run."""
-        name = experiment_name(self.settings)
+        name = self.experiment
         self.experiment_id = sweep.experiment_id if sweep is not None else None
         self.spool.keep_run_creation(
             ex,
             experiment_id=self.experiment_id,
             experiment_name=name,
-            artifact_location=artifact_location(self.settings, self.uri, name),
+            artifact_location=artifact_location(self.tracking, self.uri, name),
             run_name=self._run_name(job, sweep),
             tags=self._start_tags(job, sweep),
             start_time=int(time.time() * 1000),
@@ -181,9 +194,9 @@ class MlflowTracker(Tracker):
                 self._log_tags({f"{P.TAG_PREFIX}error": P.tag_value(message)})
             if self.spool.pending:
                 self._adopt(self.spool.replay(self.client, self.run_id))
-            if self.settings.tracking.log_plots and self.spool.pending:
+            if self.tracking.log_plots and self.spool.pending:
                 log.warning("MLflow: no end-of-run plots: the store does not have the run's metrics yet")
-            elif self.settings.tracking.log_plots:
+            elif self.tracking.log_plots:
                 self.log_plots()
         except Exception as ex:  # noqa: BLE001 - never hide the run's own error behind a logging one
             log.warning("MLflow: could not log the end-of-run plots: %s", ex)
@@ -246,7 +259,7 @@ class MlflowTracker(Tracker):
                 self._log_eval_input(label, result)
             except Exception as ex:  # noqa: BLE001 - a description of the data; the results are logged
                 log.warning("MLflow: could not log the %s evaluation's dataset input: %s", label, ex)
-        limit = self.settings.tracking.log_samples
+        limit = self.tracking.log_samples
         table_file = f"eval/{label}/samples.json"
         if self.resumed and any(
             a.path == table_file for a in self.client.list_artifacts(self.run_id, f"eval/{label}")
@@ -267,7 +280,7 @@ class MlflowTracker(Tracker):
         import pandas as pd
         from mlflow.entities import DatasetInput, InputTag
 
-        task = result.task or str((self.settings.env or {}).get("name", ""))
+        task = result.task or self.env_name
         rows = result.input_rows()
         source = result.dataset_path or result.results_path
         with warnings.catch_warnings():
@@ -288,7 +301,7 @@ class MlflowTracker(Tracker):
                     raise
 
     def completions_callback(self) -> Any:
-        n = int(self.settings.tracking.log_completions)
+        n = int(self.tracking.log_completions)
         if n <= 0:
             return None
         from grpo.tracking.completions import completions_callback
@@ -323,7 +336,7 @@ class MlflowTracker(Tracker):
         under tracking.register_as."""
         from grpo.tracking.models import log_policy
 
-        register_as = self.settings.tracking.register_as
+        register_as = self.tracking.register_as
         info = log_policy(
             self.uri, self.experiment_id, self.run_id, model, tokenizer, model_path, self.run_dir, register_as
         )
@@ -334,7 +347,7 @@ class MlflowTracker(Tracker):
         <tracking.register_as>-reward-model."""
         from grpo.tracking.models import REWARD_MODEL_SUFFIX, log_reward_model
 
-        register_as = self.settings.tracking.register_as
+        register_as = self.tracking.register_as
         info = log_reward_model(self.uri, self.experiment_id, self.run_id, Path(rm_dir), register_as)
         name = f"{register_as}{REWARD_MODEL_SUFFIX}" if register_as else None
         print(f"mlflow: logged the reward model as {info.model_uri}{_registered(name, info)}")
@@ -439,7 +452,7 @@ class MlflowTracker(Tracker):
 
     def _resumable_run_id(self) -> str | None:
         """The run recorded by the run being resumed, when it lives in this store."""
-        resume = self.settings.resume
+        resume = self.resume
         if not resume:
             return None
         from hydra.utils import to_absolute_path
@@ -466,8 +479,8 @@ class MlflowTracker(Tracker):
         return str(recorded["run_id"])
 
     def _run_name(self, job: JobInfo | None, sweep: SweepInfo | None) -> str:
-        if self.settings.tracking.run_name:
-            return self.settings.tracking.run_name
+        if self.tracking.run_name:
+            return self.tracking.run_name
         if job is None:
             return self.run_dir.name
         if sweep is not None:
@@ -495,8 +508,8 @@ class MlflowTracker(Tracker):
             tags["mlflow.parentRunId"] = sweep.run_id
             tags[f"{P.TAG_PREFIX}sweep_id"] = sweep.sweep_id
             tags[f"{P.TAG_PREFIX}varied"] = json.dumps(P.varied_overrides(job.overrides, sweep.overrides))
-        if self.settings.resume:
-            tags[f"{P.TAG_PREFIX}resumed_from"] = self.settings.resume
+        if self.resume:
+            tags[f"{P.TAG_PREFIX}resumed_from"] = self.resume
         return {k: P.tag_value(v) for k, v in tags.items()}
 
     def _log_params(self, params: Mapping[str, str]) -> None:

@@ -15,7 +15,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlparse
@@ -26,7 +26,7 @@ from grpo.run.layout import output_root
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from grpo.config import GrpoConfig
+    from grpo.config import GrpoConfig, TrackingConfig
 
 T = TypeVar("T")
 
@@ -119,22 +119,22 @@ def check_sqlite_file(uri: str, field: str) -> None:
         )
 
 
-def experiment_name(settings: GrpoConfig) -> str:
-    """tracking.experiment, else one experiment per environment."""
-    if settings.tracking.experiment:
-        return settings.tracking.experiment
-    env = settings.env or {}
+def experiment_name(tracking: TrackingConfig, env: Mapping[str, Any] | None) -> str:
+    """tracking.experiment, else one experiment per environment (`env`: the env group)."""
+    if tracking.experiment:
+        return tracking.experiment
+    env = env or {}
     name = env.get("name")
     if not name and env.get("id"):  # an env named by an id (verifiers: org/my-env@1.0 -> my-env)
         name = str(env["id"]).rsplit("/", 1)[-1].split("@", 1)[0]
     return f"grpo-{name}" if name else "grpo"
 
 
-def artifact_location(settings: GrpoConfig, uri: str, experiment: str) -> str | None:
+def artifact_location(tracking: TrackingConfig, uri: str, experiment: str) -> str | None:
     """Artifact root for a new experiment. A SQLite store keeps artifacts next to its database
     (MLflow's own default would be ./mlruns under whatever directory the run started in)."""
-    if settings.tracking.artifact_location:
-        location = settings.tracking.artifact_location
+    if tracking.artifact_location:
+        location = tracking.artifact_location
         if urlparse(location).scheme in ("", "file"):
             from hydra.utils import to_absolute_path
 

@@ -68,7 +68,7 @@ class SweepCallback(Callback):
         ):
             return
         from grpo.run.layout import RunLayout
-        from grpo.tracking.mlflow_tracker import MlflowTracker
+        from grpo.tracking import make_mlflow_tracker
 
         run_dir = Path(str(config.hydra.runtime.output_dir))
         if RunLayout(run_dir).mlflow_run.is_file():
@@ -79,7 +79,7 @@ class SweepCallback(Callback):
             log.warning("sweep job %s failed with a config that does not resolve: %s", run_dir.name, ex)
             return
         error = _job_error(job_return)
-        tracker = MlflowTracker(settings, run_dir)
+        tracker = make_mlflow_tracker(settings, run_dir)
         tracker.__enter__()
         tracker.log_config(settings)
         tracker.__exit__(type(error), error, None)
@@ -115,8 +115,10 @@ class SweepCallback(Callback):
 
         uri = tracking_uri(settings)
         self._client = make_client(uri)
-        name = experiment_name(settings)
-        experiment_id = get_or_create_experiment(self._client, name, artifact_location(settings, uri, name))
+        name = experiment_name(settings.tracking, settings.env)
+        experiment_id = get_or_create_experiment(
+            self._client, name, artifact_location(settings.tracking, uri, name)
+        )
         sweep_dir = Path(to_absolute_path(str(config.hydra.sweep.dir)))
         try:
             sweep_id = str(sweep_dir.relative_to(output_root(settings)))

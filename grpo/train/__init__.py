@@ -7,7 +7,9 @@
     monitors.py      reward-hacking monitors computed from each batch's rollouts
     heldout.py       held-out evaluation during training (trainer.eval_steps) and the best
                      checkpoint kept (trainer.keep_best)
+    checks.py        the settings rules of training (trainer, optimizer, turn budget, the rows it takes)
 
 Imports the evaluator, the rollout engine, rewards, generation, models, tracking's interface and
-the run's bookkeeping (grpo/run/); nothing imports it but the stages.
+the run's bookkeeping (grpo/run/); nothing imports it but the stages (and the settings registry
+grpo/cli/checks.py, its rules only).
 """

@@ -6,7 +6,7 @@ Every trainer.eval_steps optimizer steps, `HeldoutEvaluation` runs the evaluator
 trainer's current policy on a fixed held-out subset: the LAST trainer.val_num_examples rows of the
 env's eval split, each rolled out trainer.val_rollouts_per_example times, sampled as eval.* says
 (temperature, top_p, seed). The final evaluation takes the FIRST eval.num_examples rows, so the two
-share no row when the split holds both (grpo/cli/checks.py checks it when the env config gives
+share no row when the split holds both (grpo/train/checks.py checks it when the env config gives
 num_eval_examples). Validation runs in on_step_end, after optimizer step N and before that step's
 log and checkpoint, inside torch.random.fork_rng: training samples exactly as it would without it.
 
@@ -49,6 +49,7 @@ from transformers import TrainerCallback
 from grpo.config import GrpoConfig
 from grpo.envs.base import Environment, Row
 from grpo.envs.rubric import RewardFunc
+from grpo.evaluation.setup import EvalSetup
 from grpo.run.checkpoints import CHECKPOINT_PREFIX, write_best_marker
 from grpo.run.layout import RunLayout
 from grpo.train.monitors import HackingWatch, TruncationWatch
@@ -104,7 +105,7 @@ class HeldoutEvaluation(TrainerCallback):
         log_metrics: Callable[[Mapping[str, float], int], None] | None = None,
     ) -> None:
         t = settings.trainer
-        self.settings = settings
+        self.setup = EvalSetup.of(settings)
         self.env = env
         self.every = int(t.eval_steps)
         self.keep_best = bool(t.keep_best)
@@ -201,7 +202,7 @@ class HeldoutEvaluation(TrainerCallback):
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         with torch.random.fork_rng(devices=devices), self.policy_backend(self.trainer) as backend:
             result = evaluate_rows(
-                self.settings,
+                self.setup,
                 self.env,
                 self.rows,
                 self.rollouts_per_example,

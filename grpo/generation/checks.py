@@ -1,0 +1,70 @@
+"""The settings rules of the generation group: the backend and its own settings (an OpenAI-compatible
+endpoint's URL, model and key; vLLM installed, and a GPU to train with it).
+
+Walked by the registry grpo/cli/checks.py; UserError (one line: field, value, fix) on the first
+rule broken. Light: vLLM is looked up, not imported."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+
+from grpo.config import GENERATION_BACKENDS, VLLM_MODES, GenerationConfig
+from grpo.errors import reject
+from grpo.run.distributed import has_cuda_gpu
+
+
+def check_generation(g: GenerationConfig, stages: list[str]) -> None:
+    """The generation group, for a run of these stages (openai cannot train)."""
+    if g.backend not in GENERATION_BACKENDS:
+        reject(
+            f"generation.backend={g.backend!r} is not available; choose one of: {', '.join(GENERATION_BACKENDS)}"
+        )
+    if g.max_tokens_per_turn < 1:
+        reject(f"generation.max_tokens_per_turn={g.max_tokens_per_turn} must be an integer >= 1 (e.g. 128)")
+    if g.batch_size is not None and g.batch_size < 1:
+        reject(
+            f"generation.batch_size={g.batch_size} must be >= 1 (conversations per generate call) "
+            "or null (all active conversations at once)"
+        )
+    if g.backend == "openai":
+        _openai(g, stages)
+    elif g.backend in VLLM_MODES:
+        _vllm(g, stages)
+
+
+def _openai(g: GenerationConfig, stages: list[str]) -> None:
+    if "train" in stages:
+        reject(
+            "generation=openai is evaluation only (an endpoint returns text, not token ids): train with "
+            "generation=hf or vllm_colocate / vllm_server, or set stages=[eval]"
+        )
+    for key, example in (("base_url", "http://127.0.0.1:8000/v1"), ("model", "<served model name>")):
+        if not getattr(g, key):
+            reject(f"generation.{key} is required for generation=openai: set generation.{key}={example}")
+    if not str(g.base_url).startswith(("http://", "https://")):
+        reject(f"generation.base_url={g.base_url!r} must be an http(s) URL such as http://127.0.0.1:8000/v1")
+    if g.max_concurrency < 1:
+        reject(f"generation.max_concurrency={g.max_concurrency} must be an integer >= 1")
+    if not math.isfinite(g.timeout_s) or g.timeout_s <= 0:
+        reject(f"generation.timeout_s={g.timeout_s} must be a number of seconds > 0")
+    if g.max_retries < 0:
+        reject(f"generation.max_retries={g.max_retries} must be an integer >= 0")
+    if g.api_key_var and not os.environ.get(g.api_key_var):
+        reject(
+            f"generation.api_key_var={g.api_key_var}: the environment variable {g.api_key_var} is not set; "
+            f"export {g.api_key_var}=<your key>, or set generation.api_key_var=null for an endpoint without auth"
+        )
+
+
+def _vllm(g: GenerationConfig, stages: list[str]) -> None:
+    if importlib.util.find_spec("vllm") is None:
+        reject(
+            f"generation={g.backend} needs vLLM: pip install 'grpo[vllm]' on a GPU machine (or use generation=hf)"
+        )
+    if not 0 < g.gpu_memory_utilization <= 1:
+        reject(f"generation.gpu_memory_utilization={g.gpu_memory_utilization} must be in (0, 1]")
+    if "train" in stages and not has_cuda_gpu():
+        # colocate runs vLLM on this GPU; server mode pushes the weights to the server over NCCL
+        reject(f"generation={g.backend} needs a CUDA GPU for training: use generation=hf on CPU")

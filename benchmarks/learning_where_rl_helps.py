@@ -63,7 +63,7 @@ SETTINGS = {
     # 300 SFT steps of 32, as the demonstrator setting's SFT: ~15 passes over 5 x 128 demonstrations
     "scarce": ["language.members=[en,sv,ru,zh,ja]", "sft.max_steps=300"],
 }
-# demonstrations per language in the scarce setting (README: the held-out rewards that chose it)
+# demonstrations per language in the scarce setting (docs/results.md: the held-out rewards that chose it)
 PER_LANGUAGE = 128
 # a language's affected rows count in worst_gain when at least this share of its rows is affected
 AFFECTED_SHARE = 0.10

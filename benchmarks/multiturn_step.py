@@ -10,7 +10,7 @@ the other. Each round trains once per side, alternating which goes first; a run'
 median seconds per optimizer step (first step excluded), and the ratio is the median of the
 per-round ratios, with the min-max. The sides sample different tokens, so the same ratio per
 completion token is printed too (the tiny random model runs every turn to its limit: the counts
-agree). A measured bound, not a target (README, Multi-turn step): about 4.2-4.6, set by the
+agree). A measured bound, not a target (docs/benchmarks.md, Multi-turn step): about 4.2-4.6, set by the
 loss and backward both sides share.
 
     python benchmarks/multiturn_step.py [--steps 4] [--rounds 3] [--no-reuse]

@@ -5,7 +5,7 @@ weights, 22,400 English one-turn alphabet-sort reference episodes, sft.* of that
 the stage's own code (grpo.sft.train.train_sft), then saved with its tokenizer and sft_meta.json in
 float16 (half the bytes; conf/model/small_alphabet_sort.yaml loads it as float32). The same seed,
 data and thread count give the same weights; another thread count changes float sums and so the
-weights slightly (see README "See it learn").
+weights slightly (see docs/results.md, "See it learn").
 
     python scripts/build_warm_start.py [--out=DIR] [overrides ...]      (~9 min on 2 CPU cores)
     python scripts/build_warm_start.py --from=RUN_DIR/sft                (convert an SFT of the recipe)

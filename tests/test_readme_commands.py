@@ -60,13 +60,6 @@ NOT_HERE = {
     "vf-eval": "verifiers' own CLI against a running policy server (tried by hand, docs/serving.md)",
     "python -m mkdocs": "the docs site (tests/test_docs_site.py builds it in strict mode)",
 }
-# documented ahead of the code that runs them, each with what it waits for: run as placed, it must
-# fail now (strict xfail), so the entry has to go once that code lands and the command passes
-PENDING = {
-    "python -m grpo +env=alphabet_sort stages=[eval] model.path=outputs/runs/<date>/<time>": (
-        "a run folder as model.path (its final checkpoint) lands with the edges branch"
-    ),
-}
 
 
 def bash_commands(text: str) -> list[str]:
@@ -189,15 +182,11 @@ def test_the_docs_have_commands_of_every_kind():
     assert test_command in CI.read_text(encoding="utf-8").splitlines()
     # a quick subset is documented
     assert any(c.endswith('pytest -q -m "not slow"') for c in README_COMMANDS)
-    # what waits for code still to land is a documented command
-    assert set(PENDING) <= set(COMMANDS)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", COMMANDS)
-def test_readme_command(command, clone, quick_runs, monkeypatch, request):
-    if command in PENDING:
-        request.applymarker(pytest.mark.xfail(reason=PENDING[command], strict=True))
+def test_readme_command(command, clone, quick_runs, monkeypatch):
     written, command = command, _fill(command, clone)
     for key, value in split(command)[0].items():
         monkeypatch.setenv(key, value)  # what the command sets in front of it, for the preflight too

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from grpo_process import CHAR_TARGET_TRAIN, process_env
+from helpers.grpo_process import CHAR_TARGET_TRAIN, process_env
+from helpers.random_model import TRAIN_ON_CUT_COMPLETIONS
 from mlflow.tracking import MlflowClient
-from random_model import TRAIN_ON_CUT_COMPLETIONS
 
 from grpo.errors import UserError
 from grpo.run.checkpoints import checkpoints_of, is_complete_checkpoint

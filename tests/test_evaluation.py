@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from packaged_env import packaged_env
+from helpers.packaged_env import packaged_env
 
 from grpo.cli.checks import check
 from grpo.compose import load_settings

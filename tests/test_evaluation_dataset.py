@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from datasets import load_from_disk
-from grpo_process import process_env
+from helpers.grpo_process import process_env
 from mlflow import MlflowClient
 from test_evaluation import ScriptedBackend, read_results
 

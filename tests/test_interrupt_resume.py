@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from grpo_process import CHAR_TARGET_TRAIN, process_env
+from helpers.grpo_process import CHAR_TARGET_TRAIN, process_env
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from random_model import TRAIN_ON_CUT_COMPLETIONS
+from helpers.random_model import TRAIN_ON_CUT_COMPLETIONS
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 

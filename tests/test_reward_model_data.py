@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from packaged_env import packaged_env
+from helpers.packaged_env import packaged_env
 
 from grpo.cli.checks import check
 from grpo.cli.synthetic import main

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from packaged_env import packaged_env
+from helpers.packaged_env import packaged_env
 
 from grpo.compose import load_settings
 from grpo.envs.alphabet_sort import AlphabetSortEnv

@@ -256,7 +256,7 @@ def test_ctrl_c_during_a_round_stops_grpo_at_its_next_step_with_a_checkpoint(tmp
     import sys
     import time
 
-    from grpo_process import process_env
+    from helpers.grpo_process import process_env
 
     run_dir = tmp_path / "run"
     args = [

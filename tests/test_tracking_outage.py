@@ -14,8 +14,8 @@ import sys
 import time
 
 import pytest
+from helpers.mlflow_server import MlflowServer
 from mlflow import MlflowClient
-from mlflow_server import MlflowServer
 from transformers import TrainerCallback
 
 import grpo.tracking.spool as spool_module

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from random_model import TRAIN_ON_CUT_COMPLETIONS
+from .random_model import TRAIN_ON_CUT_COMPLETIONS
 
 # a short GRPO run on char_target with the tiny model: 8 completions per step, 16 tokens each
 CHAR_TARGET_TRAIN = [

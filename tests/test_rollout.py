@@ -6,15 +6,13 @@ same token repeated, which would make the greedy comparisons below trivially tru
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
+from helpers.fake_envs import PingEnv
 
 from grpo.cli.checks import check
 from grpo.compose import load_settings
 from grpo.envs import build_env
-from grpo.envs.base import Environment, Row
 from grpo.errors import UserError
 from grpo.generation import GenRequest, Sampling, make_backend
 from grpo.generation.hf import HFBackend, _growing_cache, _GrowingLayer, _SampleAndRecord
@@ -66,25 +64,6 @@ class Spy:
     def generate(self, requests, sampling):
         self.calls.append(list(requests))
         return self.inner.generate(requests, sampling)
-
-
-class PingEnv(Environment):
-    """A multi-turn env with short, predictable replies: 'ping N' after model turn N."""
-
-    name = "ping"
-    max_turns = 5
-    multi_turn = True
-
-    def __init__(self, turns: int = 3):
-        super().__init__(num_train_examples=8, num_eval_examples=8)
-        self.turns = turns
-
-    def make_row(self, rng: random.Random, index: int, split: str) -> Row:
-        return Row(id=index, prompt=[{"role": "user", "content": f"count with me {index}"}], info={})
-
-    def env_response(self, messages, state, row):
-        done = sum(1 for m in messages if m["role"] == "assistant")
-        return None if done >= self.turns else [{"role": "user", "content": f"ping {done}"}]
 
 
 def runs(rollout) -> list[tuple[int, list[int]]]:

@@ -31,11 +31,11 @@ _INHERITED = ("GRPO_CACHE_DIR",)
 
 
 def process_env(root: Path | None, **extra: str | None) -> dict[str, str]:
-    """os.environ for a child process, with none of the grpo, MLflow or Hydra settings of the shell
-    that runs the tests (GRPO_*, MLFLOW_*, HYDRA_FULL_ERROR): the test sets what it needs. Offline,
-    one torch thread, unbuffered (a test that waits for a line in its log sees it when it is
-    printed, not when the process exits); writing under `root` (GRPO_OUTPUT_ROOT; unset for None,
-    the run then writes where its overrides or cwd say); then `extra`, where None removes one."""
+    """os.environ for a child process, without the grpo, MLflow and Hydra settings of the shell that
+    runs the tests (GRPO_* but GRPO_CACHE_DIR, MLFLOW_*, HYDRA_FULL_ERROR): the test sets what it
+    needs. Offline, one torch thread, unbuffered (a test that waits for a line in its log sees it
+    when it is printed, not when the process exits); writing under `root` (GRPO_OUTPUT_ROOT; unset
+    for None: the run writes where its overrides or cwd say); then `extra`, where None unsets one."""
     env = {
         key: value
         for key, value in os.environ.items()

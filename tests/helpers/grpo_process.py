@@ -74,8 +74,9 @@ def start_grpo(
     launcher: Sequence[str] = (),
     **popen: Any,
 ) -> subprocess.Popen:
-    """`python -m grpo *args` started and left running, in `cwd` (None: the test's), in
-    process_env(root, **env_extra); `popen` is passed to Popen (stdout, stderr, text)."""
+    """`python -m grpo *args` (another `module`, a `launcher` in front: grpo_command) started and
+    left running, in `cwd` (None: the test's) and process_env(root, **env_extra); `popen` goes to
+    Popen (stdout, stderr, text)."""
     return subprocess.Popen(
         grpo_command(args, module, launcher), cwd=cwd, env=process_env(root, **(env_extra or {})), **popen
     )

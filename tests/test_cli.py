@@ -3,12 +3,11 @@ config composition imports nothing heavy."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers.grpo_process import run_grpo
 
 from grpo.cli.checks import check
 from grpo.compose import compose, group_options
@@ -91,14 +90,6 @@ def test_sweep_presets_are_a_group():
     assert group_options("sweep") == ["loss_types", "lr_beta_grid", "optuna_lr_beta"]
 
 
-def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRPO_OUTPUT_ROOT": str(cwd / "outputs")}
-    env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(
-        [sys.executable, "-m", "grpo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
-
-
 @pytest.mark.parametrize(
     "args, expected",
     [
@@ -143,7 +134,7 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, expected, tmp_path):
-    proc = _run(args, tmp_path)
+    proc = run_grpo(args, root=tmp_path / "outputs", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
@@ -184,21 +175,13 @@ def test_cfg_job_prints_the_config_without_heavy_imports(tmp_path):
 def test_cfg_job_prints_what_hydra_prints(args, tmp_path):
     """`--cfg job` prints the preflight's composition instead of composing again in Hydra: the
     same text as Hydra's own answer (HYDRA_FULL_ERROR=1 leaves the command line to Hydra alone)."""
-    ours = _run(args, tmp_path)
-    env = {**os.environ, "HYDRA_FULL_ERROR": "1", "GRPO_OUTPUT_ROOT": str(tmp_path / "outputs")}
-    hydra_own = subprocess.run(
-        [sys.executable, "-m", "grpo", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    ours = run_grpo(args, root=tmp_path / "outputs", cwd=tmp_path)
+    hydra_own = run_grpo(args, root=tmp_path / "outputs", cwd=tmp_path, env_extra={"HYDRA_FULL_ERROR": "1"})
     assert ours.returncode == hydra_own.returncode == 0, ours.stderr + hydra_own.stderr
     assert ours.stdout == hydra_own.stdout and len(ours.stdout.splitlines()) > 20
 
 
 def test_config_tree_is_found_from_any_directory(tmp_path):
-    proc = _run(["+env=arithmetic", "--cfg", "job"], tmp_path)
+    proc = run_grpo(["+env=arithmetic", "--cfg", "job"], root=tmp_path / "outputs", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "_target_: grpo.envs.arithmetic.ArithmeticEnv" in proc.stdout

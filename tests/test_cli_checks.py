@@ -4,11 +4,11 @@ naming the field, exit code 2, before any model is loaded; they run once per pro
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.grpo_process import run_grpo
 
 from grpo import __main__ as entry
 from grpo.cli.checks import check, check_once
@@ -150,15 +150,7 @@ def test_resume_without_a_complete_checkpoint(tmp_path, capsys, monkeypatch):
 )
 def test_real_process_exits_2_with_one_line(overrides, tmp_path):
     _needs_cpu_only(overrides)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", GRPO_OUTPUT_ROOT=str(tmp_path))
-    proc = subprocess.run(
-        [sys.executable, "-m", "grpo", "+env=alphabet_sort", *overrides],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    proc = run_grpo(["+env=alphabet_sort", *overrides], root=tmp_path, cwd=tmp_path, timeout=120)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr

@@ -5,18 +5,18 @@ processes: one MLflow run across the resume, the same curve, the same weights.""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from grpo_process import CHAR_TARGET_TRAIN, process_env
+from helpers.grpo_process import CHAR_TARGET_TRAIN, run_grpo, start_grpo
+from helpers.random_model import TRAIN_ON_CUT_COMPLETIONS
 from mlflow.tracking import MlflowClient
-from random_model import TRAIN_ON_CUT_COMPLETIONS
 
 from grpo.errors import UserError
 from grpo.run.checkpoints import checkpoints_of, is_complete_checkpoint
@@ -36,28 +36,8 @@ TRAIN = [
 TIMEOUT_S = 420
 
 
-def _env(root: Path) -> dict[str, str]:
-    return process_env(root, ACCELERATE_USE_CPU="true")  # accelerate: gloo on CPU processes
-
-
-def _torchrun(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        "-m",
-        "grpo",
-    ]
-    return subprocess.run(
-        [*command, *args],
-        capture_output=True,
-        text=True,
-        env={**_env(root), **env},
-        cwd=root,
-        timeout=TIMEOUT_S,
-    )
+CPU = {"ACCELERATE_USE_CPU": "true"}  # accelerate: gloo on CPU processes
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
 
 def _checksums(stdout: str) -> dict[int, str]:
@@ -82,7 +62,14 @@ def test_rank_zero_publishes_the_run_dir_the_others_follow(tmp_path, monkeypatch
 
 def test_two_processes_train_one_run_with_the_same_weights(tmp_path):
     # HYDRA_FULL_ERROR=1 (Hydra's full tracebacks) must not cost rank 1 the way to rank 0's run dir
-    done = _torchrun(tmp_path, *TRAIN, "trainer.max_steps=3", HYDRA_FULL_ERROR="1")
+    done = run_grpo(
+        [*TRAIN, "trainer.max_steps=3"],
+        root=tmp_path,
+        cwd=tmp_path,
+        timeout=TIMEOUT_S,
+        env_extra={**CPU, "HYDRA_FULL_ERROR": "1"},
+        launcher=TORCHRUN,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
 
     # both ranks end with the same weights
@@ -122,12 +109,9 @@ MULTI_TURN = ["+env=alphabet_sort", "model=small_alphabet_sort", "stages=[train]
 CURVE_TOLERANCE = {"rel_tol": 1e-4, "abs_tol": 1e-9}
 
 
-def _accelerate(root: Path, config: str, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               str(ROOT / "accelerate" / f"{config}.yaml"), "-m", "grpo", *args]  # fmt: skip
-    return subprocess.run(
-        command, capture_output=True, text=True, env=_env(root), cwd=root, timeout=TIMEOUT_S
-    )
+def _accelerate_launch(config: str) -> list[str]:
+    """`accelerate launch` with the shipped accelerate/<config>.yaml, as a launcher for run_grpo."""
+    return ["-m", "accelerate.commands.launch", "--config_file", str(ROOT / "accelerate" / f"{config}.yaml")]
 
 
 def _curve(checkpoint: Path) -> list[tuple[int, float, float, float]]:
@@ -147,12 +131,18 @@ def test_fsdp2_and_ddp_stop_and_resume_to_the_same_curve_and_weights(tmp_path):
         # FSDP2: the evaluation after training is skipped with the command that does it in one process
         stages = "stages=[train,eval]" if config == "cpu_fsdp2" else "stages=[train]"
         overrides = [o for o in MULTI_TURN if not o.startswith("stages=")]
-        first = _accelerate(
-            root, config, *overrides, stages, tracking, "trainer.max_steps=2", "trainer.save_steps=1"
+        launch = functools.partial(
+            run_grpo,
+            root=root,
+            cwd=root,
+            timeout=TIMEOUT_S,
+            env_extra=CPU,
+            launcher=_accelerate_launch(config),
         )
+        first = launch([*overrides, stages, tracking, "trainer.max_steps=2", "trainer.save_steps=1"])
         assert first.returncode == 0, first.stderr[-4000:]
         (run_dir,) = _runs(root)  # one run dir for both ranks
-        resumed = _accelerate(root, config, f"resume={run_dir}", "trainer.max_steps=3")
+        resumed = launch([f"resume={run_dir}", "trainer.max_steps=3"])
         assert resumed.returncode == 0, resumed.stderr[-4000:]
         assert "resumed at step 2" in resumed.stdout
         resumed_dir = next(r for r in _runs(root) if r != run_dir)
@@ -168,10 +158,8 @@ def test_fsdp2_and_ddp_stop_and_resume_to_the_same_curve_and_weights(tmp_path):
     assert (fsdp_dir / "checkpoints" / "checkpoint-2" / "pytorch_model_fsdp.bin").is_file()  # sharded state
     (command,) = re.findall(r"evaluate the checkpoint in one process, (python -m grpo .*)", fsdp_first.stdout)
     assert f"model.path={fsdp_dir / 'checkpoints' / 'checkpoint-2'}" in command
-    argv = [sys.executable, *shlex.split(command)[1:], "eval.num_examples=2", "tracking=none"]
-    evaluated = subprocess.run(
-        argv, capture_output=True, text=True, env=_env(tmp_path), cwd=tmp_path, timeout=TIMEOUT_S
-    )
+    args = [*shlex.split(command)[3:], "eval.num_examples=2", "tracking=none"]  # after "python -m grpo"
+    evaluated = run_grpo(args, root=tmp_path, cwd=tmp_path, timeout=TIMEOUT_S, env_extra=CPU)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "--- Evaluation (eval) ---" in evaluated.stdout
     assert not (ddp_dir / "checkpoints" / "checkpoint-2" / "pytorch_model_fsdp.bin").exists()
@@ -217,12 +205,17 @@ def test_ctrl_c_on_torchrun_stops_both_ranks_at_one_checkpoint(tmp_path):
     import signal
     import time
 
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "grpo",
-               *TRAIN, "stages=[train]", "trainer.max_steps=500"]  # fmt: skip
     log = tmp_path / "out.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.PIPE, text=True, env=_env(tmp_path), cwd=tmp_path
+        proc = start_grpo(
+            [*TRAIN, "stages=[train]", "trainer.max_steps=500"],
+            root=tmp_path,
+            cwd=tmp_path,
+            env_extra=CPU,
+            launcher=TORCHRUN,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         deadline = time.monotonic() + TIMEOUT_S
         while "step 2/" not in log.read_text():

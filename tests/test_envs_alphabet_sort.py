@@ -9,7 +9,7 @@ import random
 import re
 
 import pytest
-from packaged_env import packaged_config, packaged_env
+from helpers.packaged_env import packaged_config, packaged_env
 
 from grpo.envs.alphabet_sort import AlphabetSortEnv
 from grpo.envs.base import Row

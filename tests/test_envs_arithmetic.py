@@ -7,7 +7,7 @@ import re
 from fractions import Fraction
 
 import pytest
-from packaged_env import packaged_env
+from helpers.packaged_env import packaged_env
 
 from grpo.envs.arithmetic import evaluate, format_number, last_boxed, parse_number
 from grpo.errors import UserError

@@ -9,7 +9,7 @@ import copy
 import re
 
 import pytest
-from packaged_env import packaged_config, packaged_env
+from helpers.packaged_env import packaged_config, packaged_env
 
 from grpo.errors import UserError
 from grpo.languages.consistency import language_consistency

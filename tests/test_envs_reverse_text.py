@@ -6,7 +6,7 @@ import difflib
 import json
 
 import pytest
-from packaged_env import packaged_env
+from helpers.packaged_env import packaged_env
 
 from grpo.envs.reverse_text import ReverseTextEnv
 from grpo.errors import UserError

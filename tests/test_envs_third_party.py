@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.grpo_process import run_grpo
 
 from grpo.compose import compose
 from grpo.envs import build_env
@@ -89,13 +89,10 @@ def test_composed_and_built_in_two_languages(package: Path, monkeypatch):
         build_env(cfg.env, cfg.language)
 
 
-def run_grpo(package: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(package), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(
+def evaluate_greet(package: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    """`python -m grpo +env=greet stages=[eval] *overrides` run in `package`, its package importable."""
+    return run_grpo(
         [
-            sys.executable,
-            "-m",
-            "grpo",
             "+env=greet",
             "stages=[eval]",
             "tracking=none",
@@ -103,17 +100,14 @@ def run_grpo(package: Path, *overrides: str) -> subprocess.CompletedProcess[str]
             f"output_root={package / 'outputs'}",
             *overrides,
         ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
         cwd=package,
+        env_extra={"PYTHONPATH": os.pathsep.join([str(package), os.environ.get("PYTHONPATH", "")])},
     )
 
 
 @pytest.mark.slow
 def test_evaluated_for_real_in_two_languages(package: Path):
-    proc = run_grpo(
+    proc = evaluate_greet(
         package,
         "language=mix",
         "language.members=[en,sv]",
@@ -137,7 +131,7 @@ def test_evaluated_for_real_in_two_languages(package: Path):
 
 
 def test_a_language_without_a_block_is_one_line(package: Path):
-    proc = run_grpo(package, "language=de")
+    proc = evaluate_greet(package, "language=de")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: env.prompts.de: greet has no prompts for language 'de'; add a `de:` block under `prompts:` in "

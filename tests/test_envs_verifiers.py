@@ -27,7 +27,7 @@ import pytest
 
 vf = pytest.importorskip("verifiers")
 
-from env_mask_check import assert_env_mask_follows_the_template  # noqa: E402
+from helpers.env_mask_check import assert_env_mask_follows_the_template  # noqa: E402
 
 from grpo.compose import compose, load_settings  # noqa: E402
 from grpo.envs import build_env  # noqa: E402

@@ -11,16 +11,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import statistics
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from packaged_env import packaged_env
+from helpers.grpo_process import run_grpo
+from helpers.packaged_env import packaged_env
 
 from grpo.cli.checks import check
 from grpo.compose import load_settings
@@ -183,14 +181,7 @@ def test_eval_rules_accept_defaults() -> None:
 
 
 def test_cli_negative_num_examples_is_one_line_exit_2(tmp_path: Path) -> None:
-    env = {**os.environ, "GRPO_OUTPUT_ROOT": str(tmp_path), "HYDRA_FULL_ERROR": "0"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "grpo", "+env=alphabet_sort", "eval.num_examples=-1"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    proc = run_grpo(["+env=alphabet_sort", "eval.num_examples=-1"], root=tmp_path, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "eval.num_examples" in lines[0], proc.stderr

@@ -4,14 +4,12 @@ one line offline with the local files kept, and MLflow records what each run was
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from datasets import load_from_disk
-from grpo_process import process_env
+from helpers.grpo_process import run_grpo
 from mlflow import MlflowClient
 from test_evaluation import ScriptedBackend, read_results
 
@@ -89,16 +87,6 @@ def test_eval_input_rows_are_the_examples_once_each() -> None:
     }
 
 
-def _grpo(root: Path, *overrides: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "grpo", "stages=[eval]", "model=tiny", *overrides],
-        capture_output=True,
-        text=True,
-        env=process_env(root, HYDRA_FULL_ERROR="0", **env),
-        timeout=300,
-    )
-
-
 EVAL_ARITHMETIC = [
     "+env=arithmetic",
     "eval.num_examples=2",
@@ -110,7 +98,11 @@ EVAL_ARITHMETIC = [
 
 @pytest.mark.slow
 def test_push_offline_is_one_line_and_keeps_the_local_files(tmp_path: Path) -> None:
-    proc = _grpo(tmp_path, *EVAL_ARITHMETIC, "eval.push_to_hub=someone/grpo-eval", HF_TOKEN="hf_not_a_token")
+    proc = run_grpo(
+        ["stages=[eval]", "model=tiny", *EVAL_ARITHMETIC, "eval.push_to_hub=someone/grpo-eval"],
+        root=tmp_path,
+        env_extra={"HF_TOKEN": "hf_not_a_token"},
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "eval.push_to_hub=someone/grpo-eval: could not push the eval evaluation" in last, proc.stderr[

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from grpo_process import process_env
+from helpers.grpo_process import process_env
 
 pytestmark = pytest.mark.slow
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import random
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.grpo_process import run_grpo
 
 from grpo.cli.preflight import check_command
 from grpo.compose import load_settings
@@ -35,14 +34,6 @@ QUICK = [
     "trainer.max_completion_length=48",
 ]
 SHIPPED_MODEL = Path(__file__).resolve().parents[1] / "grpo" / "assets" / "small_alphabet_sort_sft"
-
-
-def run_grpo(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRPO_OUTPUT_ROOT": str(cwd / "outputs")}
-    env.pop("HYDRA_FULL_ERROR", None)
-    return subprocess.run(
-        [sys.executable, "-m", "grpo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
@@ -71,7 +62,9 @@ def test_a_store_file_that_is_not_a_database_is_one_line_and_left_as_is(kind, tm
         before = digest(db)
         line = one_error_line(
             run_grpo(
-                ["+env=alphabet_sort", *QUICK, "tracking=mlflow", f"tracking.uri=sqlite:///{db}"], tmp_path
+                ["+env=alphabet_sort", *QUICK, "tracking=mlflow", f"tracking.uri=sqlite:///{db}"],
+                root=tmp_path / "outputs",
+                cwd=tmp_path,
             )
         )
         assert str(db) in line and "is not an SQLite database" in line
@@ -156,7 +149,11 @@ def test_hostile_names_run_normally(tmp_path):
     ]
     path = tmp_path / "names.txt"
     path.write_text("\n".join(names) + "\n", encoding="utf-8")
-    proc = run_grpo(["+env=alphabet_sort", *QUICK, f"env.names_source={path}", "tracking=none"], tmp_path)
+    proc = run_grpo(
+        ["+env=alphabet_sort", *QUICK, f"env.names_source={path}", "tracking=none"],
+        root=tmp_path / "outputs",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "reward: mean" in proc.stdout
     # the rows carry the names as given (whitespace normalised), each a real answer to sort

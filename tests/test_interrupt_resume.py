@@ -11,19 +11,19 @@ real signals, a real MLflow SQLite store.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
-from grpo_process import CHAR_TARGET_TRAIN, process_env
+from helpers.grpo_process import CHAR_TARGET_TRAIN, run_grpo, start_grpo
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
@@ -34,27 +34,11 @@ RUN = [*CHAR_TARGET_TRAIN, "trainer.save_steps=50", "seed=7"]
 MAX_STEPS = 16
 
 
-def _env(root: Path) -> dict[str, str]:
-    return process_env(root)
-
-
-def _grpo(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "grpo", *args],
-        capture_output=True,
-        text=True,
-        env=_env(root),
-        cwd=root,
-        timeout=600,
-    )
-
-
 def _grpo_in_background(root: Path, name: str, *args: str) -> Callable[[], subprocess.CompletedProcess]:
-    """`_grpo` started now, beside the test's other processes (the machine has a second core); the
-    returned function waits for it. Its output goes to files: a full pipe would stall it."""
+    """A run in `root` started now, beside the test's other processes (the machine has a second
+    core); the returned function waits for it. Its output goes to files: a full pipe would stall it."""
     out, err = open(root / f"{name}.out", "w+"), open(root / f"{name}.err", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "grpo", *args], stdout=out, stderr=err, text=True,
-                            env=_env(root), cwd=root)  # fmt: skip
+    proc = start_grpo(args, root=root, cwd=root, stdout=out, stderr=err, text=True)
 
     def wait() -> subprocess.CompletedProcess:
         proc.wait(timeout=600)
@@ -92,11 +76,8 @@ def test_runs_started_in_the_same_second_keep_their_own_folders(tmp_path):
     # both runs ask for the same folder name, as two runs started in the same second do
     same = "hydra.run.dir=${grpo_new_dir:" + str(tmp_path / "runs" / "12-00-00") + "}"
     procs = [
-        subprocess.Popen(
+        start_grpo(
             [
-                sys.executable,
-                "-m",
-                "grpo",
                 *RUN,
                 "stages=[train,eval]",
                 "trainer.max_steps=2",
@@ -105,12 +86,12 @@ def test_runs_started_in_the_same_second_keep_their_own_folders(tmp_path):
                 f"seed={seed}",
                 same,
             ],
+            root=tmp_path,
+            cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=_env(tmp_path),
-            cwd=tmp_path,
-        )  # fmt: skip
+        )
         for seed in (1, 2)
     ]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
@@ -136,10 +117,9 @@ def _interrupt(root: Path, run_dir: Path, signum: int) -> tuple[int, str]:
     """Start a training run, send `signum` once it has logged step 2, return (exit code, stderr)."""
     log = root / f"{run_dir.name}.log"
     with open(log, "w") as out, open(root / f"{run_dir.name}.err", "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grpo", *RUN, "stages=[train]", f"trainer.max_steps={MAX_STEPS}",
-             f"hydra.run.dir={run_dir}"],
-            stdout=out, stderr=err, env=_env(root), cwd=root,
+        proc = start_grpo(
+            [*RUN, "stages=[train]", f"trainer.max_steps={MAX_STEPS}", f"hydra.run.dir={run_dir}"],
+            root=root, cwd=root, stdout=out, stderr=err,
         )  # fmt: skip
         deadline = time.monotonic() + 300
         while "step 2/" not in log.read_text():
@@ -178,7 +158,12 @@ def test_a_signal_stops_with_a_checkpoint_and_the_resume_ends_on_the_same_weight
     assert run.data.tags["grpo.interrupted_by"] == signal.Signals(signum).name
 
     # the printed command, as it is: the saved settings continue to max_steps
-    resumed = _grpo(tmp_path, f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'resumed'}")
+    resumed = run_grpo(
+        [f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'resumed'}"],
+        root=tmp_path,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     final = tmp_path / "resumed" / "checkpoints" / f"checkpoint-{MAX_STEPS}"
     assert is_complete_checkpoint(final)
@@ -199,27 +184,27 @@ def test_a_signal_stops_with_a_checkpoint_and_the_resume_ends_on_the_same_weight
 
 @pytest.mark.slow
 def test_a_resume_keeps_the_runs_settings(tmp_path):
+    grpo = functools.partial(run_grpo, root=tmp_path, cwd=tmp_path, timeout=600)
     run_dir = tmp_path / "first"
-    first = _grpo(tmp_path, *RUN, "stages=[train]", "trainer.max_steps=3", "trainer.save_steps=1",
-                  f"hydra.run.dir={run_dir}")  # fmt: skip
+    first = grpo(
+        [*RUN, "stages=[train]", "trainer.max_steps=3", "trainer.save_steps=1", f"hydra.run.dir={run_dir}"]
+    )
     assert first.returncode == 0, first.stderr[-3000:]
 
     # a different lr (and beta) is refused in one line naming both, before anything runs
-    refused = _grpo(
-        tmp_path, f"resume={run_dir}", "trainer.max_steps=5", "optimizer.lr=1e-2", "trainer.beta=0.1"
-    )
+    refused = grpo([f"resume={run_dir}", "trainer.max_steps=5", "optimizer.lr=1e-2", "trainer.beta=0.1"])
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1 and refused.stderr.startswith("error: ")
     assert "optimizer.lr: 0.001 -> 0.01" in refused.stderr and "trainer.beta: 0.0 -> 0.1" in refused.stderr
     assert "trainer.max_steps" not in refused.stderr  # extending the run is allowed
     assert not (tmp_path / "runs").exists()
     # a group change is refused even with resume_force
-    other_env = _grpo(tmp_path, f"resume={run_dir}", "+env=reverse_text", "resume_force=true")
+    other_env = grpo([f"resume={run_dir}", "+env=reverse_text", "resume_force=true"])
     assert other_env.returncode == 2 and "config group env" in other_env.stderr
 
     # only max_steps (and the original command repeated): the saved settings, extended
     second_dir = tmp_path / "second"
-    second = _grpo(tmp_path, *RUN, f"resume={run_dir}", "trainer.max_steps=5", f"hydra.run.dir={second_dir}")
+    second = grpo([*RUN, f"resume={run_dir}", "trainer.max_steps=5", f"hydra.run.dir={second_dir}"])
     assert second.returncode == 0, second.stderr[-3000:]
     assert is_complete_checkpoint(second_dir / "checkpoints" / "checkpoint-5")
     saved = (second_dir / ".hydra" / "config.yaml").read_text()
@@ -233,9 +218,7 @@ def test_a_resume_keeps_the_runs_settings(tmp_path):
         assert _steps(client, run.info.run_id, key) == [1, 2, 3, 4, 5], key
 
     # a resume of the resume starts from what the second run really used (lr 1e-3, 5 steps)
-    third = _grpo(
-        tmp_path, f"resume={second_dir}", "trainer.max_steps=6", f"hydra.run.dir={tmp_path / 'third'}"
-    )
+    third = grpo([f"resume={second_dir}", "trainer.max_steps=6", f"hydra.run.dir={tmp_path / 'third'}"])
     assert third.returncode == 0, third.stderr[-3000:]
     assert _steps(client, run.info.run_id, "train/reward") == [1, 2, 3, 4, 5, 6]
 
@@ -260,6 +243,7 @@ STAGE_RUNS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", list(STAGE_RUNS))
 def test_sft_and_reward_model_stages_stop_with_a_checkpoint_and_resume(tmp_path, stage):
+    grpo = functools.partial(run_grpo, root=tmp_path, cwd=tmp_path, timeout=600)
     overrides, weights = STAGE_RUNS[stage]
     # the same stage never interrupted, for its weights, beside the interrupted one
     straight_run = _grpo_in_background(tmp_path, "straight", *overrides, "tracking=none",
@@ -267,10 +251,9 @@ def test_sft_and_reward_model_stages_stop_with_a_checkpoint_and_resume(tmp_path,
     run_dir = tmp_path / "interrupted"
     log = tmp_path / "interrupted.log"
     with open(log, "w") as out, open(tmp_path / "interrupted.err", "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grpo", *overrides, f"hydra.run.dir={run_dir}"],
-            stdout=out, stderr=err, env=_env(tmp_path), cwd=tmp_path,
-        )  # fmt: skip
+        proc = start_grpo(
+            [*overrides, f"hydra.run.dir={run_dir}"], root=tmp_path, cwd=tmp_path, stdout=out, stderr=err
+        )
         deadline = time.monotonic() + 300
         while not re.search(rf"\[{stage}\] step 2/", log.read_text()):
             assert proc.poll() is None, log.read_text()[-3000:]
@@ -291,7 +274,7 @@ def test_sft_and_reward_model_stages_stop_with_a_checkpoint_and_resume(tmp_path,
     assert not (run_dir / weights).exists()  # the stage's own output is written only when it ends
     assert _client(tmp_path).get_run(_run_id(run_dir)).info.status == "KILLED"
 
-    resumed = _grpo(tmp_path, f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'resumed'}")
+    resumed = grpo([f"resume={run_dir}", f"hydra.run.dir={tmp_path / 'resumed'}"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"step {step + 1}/" in resumed.stdout and f"step {step}/" not in resumed.stdout
     straight = straight_run()
@@ -301,8 +284,14 @@ def test_sft_and_reward_model_stages_stop_with_a_checkpoint_and_resume(tmp_path,
     assert all(torch.allclose(expected[k], got[k], atol=1e-6) for k in expected)
 
     # a later resume of the resumed run reuses the finished stage instead of training it again
-    again = _grpo(tmp_path, f"resume={tmp_path / 'resumed'}", f"stages=[{stage},eval]", "eval.num_examples=1",
-                  f"hydra.run.dir={tmp_path / 'again'}")  # fmt: skip
+    again = grpo(
+        [
+            f"resume={tmp_path / 'resumed'}",
+            f"stages=[{stage},eval]",
+            "eval.num_examples=1",
+            f"hydra.run.dir={tmp_path / 'again'}",
+        ]
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resume: the" in again.stdout and f"[{stage}] step" not in again.stdout
 
@@ -312,10 +301,9 @@ def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_complete_checkpoint(tm
     run_dir = tmp_path / "run"
     log = tmp_path / "run.log"
     with open(log, "w") as out, open(tmp_path / "run.err", "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grpo", *RUN, "stages=[train]", "trainer.max_steps=500", "trainer.save_steps=1",
-             f"hydra.run.dir={run_dir}"],
-            stdout=out, stderr=err, env=_env(tmp_path), cwd=tmp_path,
+        proc = start_grpo(
+            [*RUN, "stages=[train]", "trainer.max_steps=500", "trainer.save_steps=1", f"hydra.run.dir={run_dir}"],
+            root=tmp_path, cwd=tmp_path, stdout=out, stderr=err,
         )  # fmt: skip
         deadline = time.monotonic() + 300
         while "step 3/" not in log.read_text():
@@ -335,8 +323,16 @@ def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_complete_checkpoint(tm
     assert checkpoint_step(latest) >= 2 and is_complete_checkpoint(latest)
     assert set(load_file(latest / "model.safetensors"))
     assert _client(tmp_path).get_run(_run_id(run_dir)).info.status == "KILLED"
-    resumed = _grpo(tmp_path, f"resume={run_dir}", f"trainer.max_steps={checkpoint_step(latest) + 1}",
-                    f"hydra.run.dir={tmp_path / 'resumed'}")  # fmt: skip
+    resumed = run_grpo(
+        [
+            f"resume={run_dir}",
+            f"trainer.max_steps={checkpoint_step(latest) + 1}",
+            f"hydra.run.dir={tmp_path / 'resumed'}",
+        ],
+        root=tmp_path,
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
 
@@ -344,10 +340,9 @@ def test_a_second_ctrl_c_stops_at_once_and_keeps_the_last_complete_checkpoint(tm
 def test_ctrl_c_outside_training_stops_at_once_and_says_what_to_run(tmp_path):
     overrides = ["+env=alphabet_sort", "stages=[eval]", "eval.num_examples=200", "tracking=none"]
     with open(tmp_path / "out.log", "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grpo", *overrides], stdout=out, stderr=subprocess.PIPE, text=True,
-            env=_env(tmp_path), cwd=tmp_path,
-        )  # fmt: skip
+        proc = start_grpo(
+            overrides, root=tmp_path, cwd=tmp_path, stdout=out, stderr=subprocess.PIPE, text=True
+        )
         deadline = time.monotonic() + 120
         while "evaluating" not in (tmp_path / "out.log").read_text():
             assert proc.poll() is None and time.monotonic() < deadline

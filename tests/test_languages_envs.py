@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from packaged_env import packaged_config, packaged_env
+from helpers.packaged_env import packaged_config, packaged_env
 from test_languages_collation import EXPECTED, JA_EXPECTED
 
 from grpo.compose import compose

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import copy
 import functools
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers.grpo_process import run_grpo
 from omegaconf import OmegaConf
 
 from grpo.compose import compose
@@ -56,12 +55,7 @@ def test_unknown_language_lists_the_available_ones():
 
 
 def test_unknown_language_on_the_command_line_is_one_line():
-    proc = subprocess.run(
-        [sys.executable, "-m", "grpo", "+env=alphabet_sort", "language=xx", "--cfg", "job"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_grpo(["+env=alphabet_sort", "language=xx", "--cfg", "job"], timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "xx" in lines[0] and "sv" in lines[0] and "zh" in lines[0], proc.stderr

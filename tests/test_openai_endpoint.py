@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -21,36 +20,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from helpers.fake_envs import PingEnv
 
 from grpo.cli.checks import check
 from grpo.compose import load_settings
 from grpo.envs import build_env
-from grpo.envs.base import Environment, Row
 from grpo.errors import UserError
 from grpo.generation import Sampling, make_backend
 from grpo.generation.openai_endpoint import OpenAIBackend
 from grpo.rollout import run_rollouts
 
 KEY_VAR = "GRPO_TEST_ENDPOINT_KEY"
-
-
-class PingEnv(Environment):
-    """Multi-turn: replies 'ping N' after model turn N, for `turns` model turns."""
-
-    name = "ping"
-    max_turns = 5
-    multi_turn = True
-
-    def __init__(self, turns: int = 2):
-        super().__init__(num_train_examples=8, num_eval_examples=8)
-        self.turns = turns
-
-    def make_row(self, rng: random.Random, index: int, split: str) -> Row:
-        return Row(id=index, prompt=[{"role": "user", "content": f"hello {index}"}], info={})
-
-    def env_response(self, messages, state, row):
-        done = sum(1 for m in messages if m["role"] == "assistant")
-        return None if done >= self.turns else [{"role": "user", "content": f"ping {done}"}]
 
 
 # ---- a scripted OpenAI-compatible server --------------------------------------------------------

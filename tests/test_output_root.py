@@ -7,11 +7,11 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.grpo_process import run_grpo
 
 from grpo.cli.output_check import check_writable_outputs
 from grpo.compose import load_settings
@@ -20,23 +20,6 @@ from grpo.errors import UserError
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 # the run would evaluate the tiny model if the check let it through; it must stop before that
 RUN = ["+env=alphabet_sort", "stages=[eval]", "eval.num_examples=1"]
-
-
-def grpo(cwd: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("GRPO_OUTPUT_ROOT", "MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR")
-    }
-    env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "grpo", *overrides],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], path: Path | str) -> str:
@@ -74,23 +57,23 @@ def read_only_dir(path: Path) -> Iterator[Path]:
 def test_output_root_under_a_regular_file(tmp_path):
     (tmp_path / "afile").write_text("not a folder\n")
     bad = tmp_path / "afile" / "out"
-    line = assert_one_line_error(grpo(tmp_path, *RUN, f"output_root={bad}"), bad)
+    line = assert_one_line_error(run_grpo([*RUN, f"output_root={bad}"], cwd=tmp_path, timeout=120), bad)
     assert "cannot create it" in line and "Not a directory" in line
 
 
 def test_output_root_in_proc(tmp_path):
     bad = "/proc/grpo-test/out"
-    line = assert_one_line_error(grpo(tmp_path, *RUN, f"output_root={bad}"), bad)
+    line = assert_one_line_error(run_grpo([*RUN, f"output_root={bad}"], cwd=tmp_path, timeout=120), bad)
     assert "cannot create it" in line
 
 
 def test_read_only_output_root(tmp_path):
     with read_only_dir(tmp_path / "ro") as ro:
-        line = assert_one_line_error(grpo(tmp_path, *RUN, f"output_root={ro}"), ro)
+        line = assert_one_line_error(run_grpo([*RUN, f"output_root={ro}"], cwd=tmp_path, timeout=120), ro)
         # the folder exists, so the write itself is refused
         assert "not writable" in line
         bad = ro / "out"
-        line = assert_one_line_error(grpo(tmp_path, *RUN, f"output_root={bad}"), bad)
+        line = assert_one_line_error(run_grpo([*RUN, f"output_root={bad}"], cwd=tmp_path, timeout=120), bad)
         assert "cannot create it" in line
 
 
@@ -98,7 +81,11 @@ def test_read_only_mlflow_store(tmp_path):
     out = tmp_path / "out"
     with read_only_dir(tmp_path / "ro") as ro:
         db = ro / "mlflow.db"
-        result = grpo(tmp_path, *RUN, f"output_root={out}", "tracking=mlflow", f"tracking.uri=sqlite:///{db}")
+        result = run_grpo(
+            [*RUN, f"output_root={out}", "tracking=mlflow", f"tracking.uri=sqlite:///{db}"],
+            cwd=tmp_path,
+            timeout=120,
+        )
         line = assert_one_line_error(result, db)
         assert line.startswith(f"error: MLflow store {db}: not writable")
     # the writable output root passed its check; nothing was trained, so nothing else is there
@@ -119,7 +106,7 @@ def test_full_output_root(tmp_path):
         with contextlib.suppress(OSError), open(full / "fill", "wb", buffering=0) as fill:
             while True:
                 fill.write(b"\0" * 4096)
-        line = assert_one_line_error(grpo(tmp_path, *RUN, f"output_root={full}"), full)
+        line = assert_one_line_error(run_grpo([*RUN, f"output_root={full}"], cwd=tmp_path, timeout=120), full)
         assert "No space left on device" in line
     finally:
         subprocess.run(["umount", str(full)], check=True)
@@ -129,7 +116,7 @@ def test_full_output_root(tmp_path):
 def test_printing_the_config_checks_and_creates_nothing(tmp_path, output_root):
     (tmp_path / "afile").write_text("not a folder\n")
     before = sorted(tmp_path.rglob("*"))
-    result = grpo(tmp_path, *RUN, f"output_root={output_root}", "--cfg", "job")
+    result = run_grpo([*RUN, f"output_root={output_root}", "--cfg", "job"], cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert f"output_root: {output_root}" in result.stdout
     assert sorted(tmp_path.rglob("*")) == before

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
-from random_model import TRAIN_ON_CUT_COMPLETIONS
+from helpers.grpo_process import start_grpo
+from helpers.random_model import TRAIN_ON_CUT_COMPLETIONS
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
@@ -71,14 +70,13 @@ def _complete(run_dir: Path) -> list[Path]:
 def test_resume_after_sigkill_continues_at_the_same_step(tmp_path):
     run1 = tmp_path / "run1"
     log = tmp_path / "run1.log"
-    env_vars = dict(os.environ, HF_HUB_OFFLINE="1", GRPO_OUTPUT_ROOT=str(tmp_path), OMP_NUM_THREADS="1")
     with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "grpo", *RUN, "trainer.max_steps=500", f"hydra.run.dir={run1}"],
+        proc = start_grpo(
+            [*RUN, "trainer.max_steps=500", f"hydra.run.dir={run1}"],
+            root=tmp_path,
+            cwd=tmp_path,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=env_vars,
-            cwd=tmp_path,
         )
         try:
             deadline = time.monotonic() + 300

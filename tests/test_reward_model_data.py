@@ -4,13 +4,13 @@ the held-out split, the reward_model config rules, and one-line errors through `
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from packaged_env import packaged_env
+from helpers.grpo_process import run_grpo
+from helpers.packaged_env import packaged_env
 
 from grpo.cli.checks import check
 from grpo.cli.synthetic import main
@@ -305,11 +305,8 @@ def test_a_run_that_trains_its_rm_first_needs_no_checkpoint():
 # ---- through the entry point --------------------------------------------------------------------
 
 
-def run_grpo(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-m", "grpo", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
+# the processes import this checkout's grpo whatever is installed
+THIS_CHECKOUT = {"PYTHONPATH": str(REPO)}
 
 
 @pytest.mark.slow
@@ -324,12 +321,15 @@ def test_bad_preference_rows_stop_the_run_before_training(tmp_path):
         ],
     )
     proc = run_grpo(
-        "+env=alphabet_sort",
-        "stages=[reward_model]",
-        f"reward_model.data.path={data}",
-        f"output_root={tmp_path / 'out'}",
-        "hydra.run.dir=" + str(tmp_path / "out" / "run"),
+        [
+            "+env=alphabet_sort",
+            "stages=[reward_model]",
+            f"reward_model.data.path={data}",
+            f"output_root={tmp_path / 'out'}",
+            "hydra.run.dir=" + str(tmp_path / "out" / "run"),
+        ],
         cwd=tmp_path,
+        env_extra=THIS_CHECKOUT,
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -342,12 +342,15 @@ def test_bad_preference_rows_stop_the_run_before_training(tmp_path):
 
 def test_a_missing_checkpoint_is_a_one_line_error(tmp_path):
     proc = run_grpo(
-        "+env=alphabet_sort",
-        "reward_model=learned",
-        f"reward_model.checkpoints=[{tmp_path / 'no_rm'}]",
-        "stages=[train]",
-        f"output_root={tmp_path / 'out'}",
+        [
+            "+env=alphabet_sort",
+            "reward_model=learned",
+            f"reward_model.checkpoints=[{tmp_path / 'no_rm'}]",
+            "stages=[train]",
+            f"output_root={tmp_path / 'out'}",
+        ],
         cwd=tmp_path,
+        env_extra=THIS_CHECKOUT,
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

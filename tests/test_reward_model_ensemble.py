@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from packaged_env import packaged_env
+from helpers.grpo_process import run_grpo
+from helpers.packaged_env import packaged_env
 
 from grpo.compose import load_settings
 from grpo.envs.alphabet_sort import AlphabetSortEnv
@@ -283,27 +284,15 @@ def test_bucketed_scores_equal_unbucketed_batches_in_the_original_order():
 def test_preflight_refuses_a_language_the_rm_does_not_know_before_any_run(members, tmp_path):
     """The mismatch is one line naming the fix, exit 2, found from the RM dir's JSON before any
     model loads or any MLflow run exists; the fix it names passes the preflight."""
-    import os
-    import subprocess
-    import sys
-
     from grpo.cli.checks import check
 
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRPO_OUTPUT_ROOT": str(tmp_path / "outputs")}
-    env.pop("HYDRA_FULL_ERROR", None)
     args = [
         "+env=alphabet_sort",
         "stages=[eval]",
         "reward_model=learned",
         f"reward_model.checkpoints=[{members[0]}]",
     ]
-    proc = subprocess.run(
-        [sys.executable, "-m", "grpo", *args, "language=de"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_grpo([*args, "language=de"], root=tmp_path / "outputs", timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == [
@@ -318,11 +307,9 @@ def test_preflight_refuses_a_language_the_rm_does_not_know_before_any_run(member
         check(load_settings([*args, "language=mix", "language.members=[en,de]"]))
     # the named fix passes, in process and on the command line
     check(load_settings([*args, "language=mix", "language.members=[en,sv]"]))
-    ok = subprocess.run(
-        [sys.executable, "-m", "grpo", *args, "language=mix", "language.members=[en,sv]", "--cfg", "job"],
-        env=env,
-        capture_output=True,
-        text=True,
+    ok = run_grpo(
+        [*args, "language=mix", "language.members=[en,sv]", "--cfg", "job"],
+        root=tmp_path / "outputs",
         timeout=120,
     )
     assert ok.returncode == 0, ok.stderr

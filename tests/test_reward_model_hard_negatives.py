@@ -9,7 +9,7 @@ import random
 from collections import Counter
 
 import pytest
-from packaged_env import packaged_env
+from helpers.packaged_env import packaged_env
 
 from grpo.config import CORRUPTIONS, HARD_NEGATIVES
 from grpo.reward_model.synthetic import corrupt_episode, env_pairs

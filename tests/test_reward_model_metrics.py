@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from packaged_env import packaged_env
+from helpers.packaged_env import packaged_env
 
 from grpo.config import CORRUPTIONS
 from grpo.reward_model.data import UNKNOWN_KIND, PreferencePair, load_pairs, write_pairs

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from packaged_env import packaged_env
+from helpers.packaged_env import packaged_env
 
 from grpo import __main__ as entry
 from grpo.cli.checks import check

@@ -252,11 +252,9 @@ def test_ctrl_c_during_a_round_stops_grpo_at_its_next_step_with_a_checkpoint(tmp
     step the signal handler reads are GRPO's again after the round), exit 130."""
     import re
     import signal
-    import subprocess
-    import sys
     import time
 
-    from grpo_process import process_env
+    from helpers.grpo_process import start_grpo
 
     run_dir = tmp_path / "run"
     args = [
@@ -271,8 +269,7 @@ def test_ctrl_c_during_a_round_stops_grpo_at_its_next_step_with_a_checkpoint(tmp
     ]
     log, err_path = tmp_path / "out.log", tmp_path / "err.log"
     with open(log, "w") as out, open(err_path, "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "grpo", *args], stdout=out, stderr=err,
-                                env=process_env(tmp_path), cwd=tmp_path)  # fmt: skip
+        proc = start_grpo(args, root=tmp_path, cwd=tmp_path, stdout=out, stderr=err)
         deadline = time.monotonic() + 300
         while "preference rounds:" not in log.read_text():
             assert proc.poll() is None, err_path.read_text()[-3000:]

@@ -9,9 +9,9 @@ import random
 from typing import Any
 
 import pytest
+from helpers.packaged_env import packaged_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from packaged_env import packaged_env
 
 from grpo.envs.base import Environment
 

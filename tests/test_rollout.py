@@ -6,15 +6,14 @@ same token repeated, which would make the greedy comparisons below trivially tru
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
+from helpers.env_mask_check import mask_spans
+from helpers.fake_envs import PingEnv
 
 from grpo.cli.checks import check
 from grpo.compose import load_settings
 from grpo.envs import build_env
-from grpo.envs.base import Environment, Row
 from grpo.errors import UserError
 from grpo.generation import GenRequest, Sampling, make_backend
 from grpo.generation.hf import HFBackend, _growing_cache, _GrowingLayer, _SampleAndRecord
@@ -68,40 +67,10 @@ class Spy:
         return self.inner.generate(requests, sampling)
 
 
-class PingEnv(Environment):
-    """A multi-turn env with short, predictable replies: 'ping N' after model turn N."""
-
-    name = "ping"
-    max_turns = 5
-    multi_turn = True
-
-    def __init__(self, turns: int = 3):
-        super().__init__(num_train_examples=8, num_eval_examples=8)
-        self.turns = turns
-
-    def make_row(self, rng: random.Random, index: int, split: str) -> Row:
-        return Row(id=index, prompt=[{"role": "user", "content": f"count with me {index}"}], info={})
-
-    def env_response(self, messages, state, row):
-        done = sum(1 for m in messages if m["role"] == "assistant")
-        return None if done >= self.turns else [{"role": "user", "content": f"ping {done}"}]
-
-
-def runs(rollout) -> list[tuple[int, list[int]]]:
-    """Maximal spans of equal env_mask: [(mask, ids), ...]."""
-    out: list[tuple[int, list[int]]] = []
-    for tok, mask in zip(rollout.completion_ids, rollout.env_mask, strict=True):
-        if out and out[-1][0] == mask:
-            out[-1][1].append(tok)
-        else:
-            out.append((mask, [tok]))
-    return out
-
-
 def model_emitted_specials(rollout, tokenizer) -> bool:
     """True if the model wrote a special token other than a final EOS (decoded text drops those)."""
     special = set(tokenizer.all_special_ids)
-    for mask, ids in runs(rollout):
+    for mask, ids in mask_spans(rollout):
         body = ids[:-1] if ids and ids[-1] == tokenizer.eos_token_id else ids
         if mask == 1 and special.intersection(body):
             return True
@@ -131,7 +100,7 @@ def test_one_batched_generate_call_per_turn_in_row_major_order(policy, cfg, env,
     for r in rollouts:
         assert len(r.completion_ids) == len(r.env_mask) == len(r.logprobs)
         # no completion budget: only turns cut at their own 12-token cap make a rollout truncated
-        cut = sum(1 for mask, ids in runs(r) if mask == 1 and ids[-1] not in eos)
+        cut = sum(1 for mask, ids in mask_spans(r) if mask == 1 and ids[-1] not in eos)
         assert r.cut_turns == cut and r.truncated == (cut > 0)
 
 
@@ -139,7 +108,7 @@ def test_env_mask_covers_exactly_the_environment_tokens(policy, cfg, env, rows):
     _, tokenizer = policy
     row = next(r for r in rows if r.info["num_turns"] == 3)
     (rollout,) = run_rollouts(env, [row], hf(policy, cfg), sampling=Sampling(max_tokens_per_turn=16, seed=3))
-    spans = runs(rollout)
+    spans = mask_spans(rollout)
     assert [mask for mask, _ in spans] == [1, 0, 1, 0, 1]
     assistant = [m["content"] for m in rollout.completion if m["role"] == "assistant"]
     follow_ups = [m["content"] for m in rollout.completion if m["role"] == "user"]
@@ -295,14 +264,14 @@ def test_completion_budget_caps_turns_and_ends_truncated(policy, cfg):
         max_completion_tokens=40,
     )
     for r in rollouts:
-        spans = runs(r)
+        spans = mask_spans(r)
         assert len(r.completion_ids) <= 40
         assert len(spans[0][1]) <= 16
     cut = [r for r in rollouts if len(r.completion_ids) == 40]
     assert cut, "some rollout must use the whole budget"
     for r in cut:
         assert r.truncated
-        (mask, last), before = runs(r)[-1], len(r.completion_ids) - len(runs(r)[-1][1])
+        (mask, last), before = mask_spans(r)[-1], len(r.completion_ids) - len(mask_spans(r)[-1][1])
         assert mask == 1 and len(last) == 40 - before < 16  # the budget, not the per-turn cap, cut it
     # the second call asked each episode for exactly what its budget allowed
     for request, r in zip(spy.calls[1], [r for r in rollouts if r.num_turns > 1], strict=True):
@@ -313,7 +282,7 @@ def test_completion_budget_caps_turns_and_ends_truncated(policy, cfg):
     short = run_rollouts(
         ping, rows, backend, sampling=Sampling(max_tokens_per_turn=16, seed=0), max_completion_tokens=20
     )
-    full_first_turns = [r for r in short if len(runs(r)[0][1]) == 16]
+    full_first_turns = [r for r in short if len(mask_spans(r)[0][1]) == 16]
     assert full_first_turns
     for r in full_first_turns:
         assert r.truncated and r.num_turns == 1
@@ -325,7 +294,7 @@ def test_completion_budget_caps_turns_and_ends_truncated(policy, cfg):
     free = run_rollouts(ping, rows[:2], backend, sampling=Sampling(max_tokens_per_turn=8, seed=0))
     eos = set(backend.eos_token_ids)
     for r in free:
-        model_turns = [ids for mask, ids in runs(r) if mask == 1]
+        model_turns = [ids for mask, ids in mask_spans(r) if mask == 1]
         cut = sum(1 for ids in model_turns if ids[-1] not in eos)
         assert r.num_turns == 3 and len(model_turns) == 3
         assert all(len(ids) <= 8 for ids in model_turns)
@@ -431,7 +400,7 @@ def test_template_that_rewrites_history_keeps_the_ids_the_model_saw(policy, cfg)
 
     think = "<think>\n\n</think>\n\n"
     turn1, turn2 = (c[0].prompt_ids for c in spy.calls)
-    spans = runs(r)
+    spans = mask_spans(r)
     assert [m for m, _ in spans] == [1, 0, 1]
     # turn 2 sees exactly turn 1's input, the model's own tokens, then the env turn
     assert turn2 == turn1 + spans[0][1] + spans[1][1]

@@ -6,13 +6,11 @@ config rules."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from packaged_env import packaged_env
+from helpers.grpo_process import run_grpo
+from helpers.packaged_env import packaged_env
 
 from grpo.cli.checks import check
 from grpo.compose import load_settings
@@ -402,12 +400,8 @@ def test_valid_sft_configs_pass():
 def test_bad_rows_stop_python_m_grpo_with_exit_2_one_line_and_nothing_trained(tmp_path):
     data = bad_file(tmp_path)
     run_dir = tmp_path / "out" / "run"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    proc = subprocess.run(
+    proc = run_grpo(
         [
-            sys.executable,
-            "-m",
-            "grpo",
             "+env=alphabet_sort",
             "stages=[sft]",
             f"sft.data_path={data}",
@@ -415,10 +409,7 @@ def test_bad_rows_stop_python_m_grpo_with_exit_2_one_line_and_nothing_trained(tm
             f"hydra.run.dir={run_dir}",
         ],
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        env_extra={"PYTHONPATH": str(REPO)},  # this checkout's grpo, whatever is installed
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

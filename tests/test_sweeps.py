@@ -4,7 +4,6 @@ the sweep presets shipping in the package (conf/sweep -> ../sweeps)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers.grpo_process import run_grpo
 from mlflow import MlflowClient
 
 from grpo.compose import compose
@@ -40,21 +40,6 @@ def tiny(
     ]
 
 
-def run(args: list[str], root: Path, module: str = "grpo", timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "GRPO_"))}
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run(
-        [sys.executable, "-m", module, *args, f"output_root={root}"]
-        if module == "grpo"
-        else [sys.executable, "-m", module, *args],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def store(root: Path) -> MlflowClient:
     db = root / "mlflow.db"
     assert db.is_file(), f"no MLflow store at {db}"
@@ -79,7 +64,11 @@ def artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set
 def test_grid_sweep_in_two_parallel_jobs_logs_one_parent_and_a_child_per_job(tmp_path):
     # two joblib worker processes train at the same time and write to the same SQLite store
     parallel = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
-    proc = run(["-m", *tiny(), "optimizer.lr=1e-6,3e-6", *parallel], tmp_path)
+    proc = run_grpo(
+        ["-m", *tiny(), "optimizer.lr=1e-6,3e-6", *parallel, f"output_root={tmp_path}"],
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "database is locked" not in proc.stderr
     client = store(tmp_path)
@@ -120,10 +109,11 @@ def test_grid_sweep_in_two_parallel_jobs_logs_one_parent_and_a_child_per_job(tmp
 
     # the same comparison on demand; the latest sweep is found without an id
     out_png = tmp_path / "cmp.png"
-    cmp = run(
+    cmp = run_grpo(
         ["--uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--out", str(out_png), "--no-log"],
-        tmp_path,
-        "grpo.cli.compare",
+        cwd=tmp_path,
+        timeout=600,
+        module="grpo.cli.compare",
     )
     assert cmp.returncode == 0, cmp.stderr
     table = [line.split() for line in cmp.stdout.splitlines() if line.startswith(("0 ", "1 "))]
@@ -138,7 +128,7 @@ def test_failing_jobs_are_failed_children_and_the_sweep_exits_non_zero(tmp_path)
     # run's tracker starts)
     overrides = tiny(stages="[eval]")
     sweep = ["model=tiny,qwen2_5_0_5b_instruct", "env.names_source=null,/nonexistent/names.txt"]
-    proc = run(["-m", *overrides, *sweep], tmp_path)
+    proc = run_grpo(["-m", *overrides, *sweep, f"output_root={tmp_path}"], cwd=tmp_path, timeout=600)
     assert proc.returncode != 0
     parent, children = the_sweep(store(tmp_path))
 
@@ -165,7 +155,9 @@ def test_optuna_preset_runs_trials_as_children(tmp_path):
     from grpo.tracking.optuna_storage import rdb_storage
 
     optuna_tiny = [*tiny(batch=8, group=None), "+sweep=optuna_lr_beta"]
-    proc = run([*optuna_tiny, "hydra.sweeper.n_trials=2"], tmp_path)
+    proc = run_grpo(
+        [*optuna_tiny, "hydra.sweeper.n_trials=2", f"output_root={tmp_path}"], cwd=tmp_path, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = store(tmp_path)
     parent, children = the_sweep(client)
@@ -209,7 +201,11 @@ def test_optuna_sqlite_study_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_tracking_none_creates_no_store(tmp_path):
-    proc = run(["-m", *tiny(stages="[eval]", tracking="none"), "seed=0,1"], tmp_path)
+    proc = run_grpo(
+        ["-m", *tiny(stages="[eval]", tracking="none"), "seed=0,1", f"output_root={tmp_path}"],
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not list(tmp_path.rglob("mlflow.db")) and not list(tmp_path.rglob("mlartifacts"))
     assert not list(tmp_path.rglob("mlflow_*.json"))
@@ -273,9 +269,16 @@ def test_submitit_local_sweep_logs_children_under_one_parent_and_fails_with_a_fa
     # each job in its own process started by submitit (+launcher=submitit_local, gpus_per_node=0);
     # the second job's model is a hub id, which cannot load offline: it fails inside its process
     # (a sweep whose jobs all finish closes its parent FINISHED: the joblib sweeps above)
-    proc = run(
-        ["-m", *tiny(stages="[eval]"), "+launcher=submitit_local", "model=tiny,qwen2_5_0_5b_instruct"],
-        tmp_path,
+    proc = run_grpo(
+        [
+            "-m",
+            *tiny(stages="[eval]"),
+            "+launcher=submitit_local",
+            "model=tiny,qwen2_5_0_5b_instruct",
+            f"output_root={tmp_path}",
+        ],
+        cwd=tmp_path,
+        timeout=600,
     )
     assert proc.returncode != 0
     parent, children = the_sweep(store(tmp_path))
@@ -311,11 +314,12 @@ def test_submitit_job_of_two_tasks_trains_data_parallel(tmp_path):
     # task one rank (the torch distributed environment exported from submitit's), DDP over gloo
     args = ["-m", *tiny(stages="[train,eval]", batch=4), "+launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
             "seed=1,2"]  # fmt: skip
-    env_cpu = dict(os.environ, ACCELERATE_USE_CPU="true")
-    proc = subprocess.run(
-        [sys.executable, "-m", "grpo", *args, f"output_root={tmp_path}"],
-        cwd=tmp_path, env=env_cpu, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    proc = run_grpo(
+        [*args, f"output_root={tmp_path}"],
+        cwd=tmp_path,
+        timeout=600,
+        env_extra={"ACCELERATE_USE_CPU": "true"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     parent, children = the_sweep(store(tmp_path))
     assert parent.info.status == "FINISHED" and len(children) == 2  # one MLflow run per job, not per task

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.mlflow_server import MlflowServer
 from mlflow import MlflowClient
-from mlflow_server import MlflowServer
 
 from grpo.cli.checks import check
 from grpo.compose import load_settings

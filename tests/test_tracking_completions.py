@@ -9,8 +9,8 @@ import json
 import statistics
 
 import pytest
+from helpers.random_model import TRAIN_ON_CUT_COMPLETIONS
 from mlflow import MlflowClient
-from random_model import TRAIN_ON_CUT_COMPLETIONS
 from test_train_monitors import SMALL
 from transformers import TrainerCallback
 

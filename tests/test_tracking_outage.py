@@ -14,8 +14,9 @@ import sys
 import time
 
 import pytest
+from helpers.grpo_process import process_env, start_grpo
+from helpers.mlflow_server import MlflowServer
 from mlflow import MlflowClient
-from mlflow_server import MlflowServer
 from transformers import TrainerCallback
 
 import grpo.tracking.spool as spool_module
@@ -199,20 +200,17 @@ def test_a_run_that_starts_while_the_server_is_away_is_created_when_it_answers(t
 def test_sweep_children_started_while_the_server_is_away_land_under_their_parent(tmp_path):
     server = MlflowServer(tmp_path / "server")
     url = server.start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "GRPO_"))}
-    env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = process_env(None)
     sweep_dir = tmp_path / "sweep"
     args = [
-        sys.executable, "-m", "grpo", "-m", "+env=char_target", "model=tiny", "stages=[train]",
+        "-m", "+env=char_target", "model=tiny", "stages=[train]",
         "tracking=mlflow", f"tracking.uri={url}", "tracking.system_metrics=false", f"output_root={tmp_path}",
         f"hydra.sweep.dir={sweep_dir}", "trainer.num_generations=4", "trainer.per_device_batch_completions=8",
         "trainer.max_completion_length=16", "generation.max_tokens_per_turn=16", "trainer.save_steps=1000",
         "trainer.max_steps=3,4",
     ]  # fmt: skip
     try:
-        proc = subprocess.Popen(
-            args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
+        proc = start_grpo(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         client = MlflowClient(url)
         deadline = time.monotonic() + 300
         parent = None

@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from env_mask_check import assert_env_mask_follows_the_template
-from packaged_env import packaged_env
-from random_model import TRAIN_ON_CUT_COMPLETIONS
+from helpers.env_mask_check import assert_env_mask_follows_the_template
+from helpers.packaged_env import packaged_env
+from helpers.random_model import TRAIN_ON_CUT_COMPLETIONS
 from transformers import TrainerCallback
 
 from grpo.compose import load_settings

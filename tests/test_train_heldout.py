@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.random_model import TRAIN_ON_CUT_COMPLETIONS
 from mlflow import MlflowClient
 from peft import get_peft_model_state_dict
-from random_model import TRAIN_ON_CUT_COMPLETIONS
 from safetensors.torch import load_file
 
 from grpo.cli.checks import check

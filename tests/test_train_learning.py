@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from random_model import TRAIN_ON_CUT_COMPLETIONS
+from helpers.random_model import TRAIN_ON_CUT_COMPLETIONS
 
 from grpo.compose import load_settings
 from grpo.envs import build_env

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from packaged_env import packaged_env
+from helpers.packaged_env import packaged_env
 from transformers import TrainerCallback
 
 from grpo.compose import load_settings

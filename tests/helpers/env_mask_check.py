@@ -1,5 +1,5 @@
-"""Shared by the training tests: a multi-turn rollout's env_mask checked token by token against the
-chat template."""
+"""Shared by the rollout and training tests: a multi-turn rollout's env_mask split into its spans, and
+checked token by token against the chat template."""
 
 from __future__ import annotations
 
@@ -8,6 +8,17 @@ from typing import Any
 
 from grpo.envs.parsers import assistant_turns
 from grpo.models import render_chat
+
+
+def mask_spans(rollout: Any) -> list[tuple[int, list[int]]]:
+    """Maximal spans of equal env_mask over the completion: [(mask, ids), ...]."""
+    spans: list[tuple[int, list[int]]] = []
+    for tok, mask in zip(rollout.completion_ids, rollout.env_mask, strict=True):
+        if spans and spans[-1][0] == mask:
+            spans[-1][1].append(tok)
+        else:
+            spans.append((mask, [tok]))
+    return spans
 
 
 def assert_env_mask_follows_the_template(
@@ -19,12 +30,7 @@ def assert_env_mask_follows_the_template(
     """Mask-1 spans are the model's turns (decoding to its texts), mask-0 spans exactly the text
     the chat template puts between them (end of turn, the env's messages, the next generation
     prompt); the spans alternate, model first and last. `check_env_message` sees each env message."""
-    spans: list[tuple[int, list[int]]] = []
-    for tok, mask in zip(rollout.completion_ids, rollout.env_mask, strict=True):
-        if spans and spans[-1][0] == mask:
-            spans[-1][1].append(tok)
-        else:
-            spans.append((mask, [tok]))
+    spans = mask_spans(rollout)
     assert [m for m, _ in spans] == [1, 0] * (rollout.num_turns - 1) + [1]
     messages, seen = list(rollout.row.prompt), list(rollout.prompt_ids)
     assistant = iter(assistant_turns(rollout.completion))

@@ -8,12 +8,11 @@ import dataclasses
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from grpo_process import CHAR_TARGET_TRAIN, process_env
+from helpers.grpo_process import CHAR_TARGET_TRAIN, run_grpo
 
 from grpo.cli.preflight import check_command
 from grpo.errors import UserError
@@ -43,14 +42,7 @@ TRAIN = [
 
 
 def grpo(args: list[str], root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "grpo", *args],
-        cwd=root,
-        env=process_env(root),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_grpo(args, root=root, cwd=root, timeout=600)
 
 
 def runs(root: Path) -> list[Path]:

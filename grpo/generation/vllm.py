@@ -4,7 +4,7 @@ Two modes, as in TRL:
 - vllm_colocate: a vLLM engine inside the training process, sharing its GPU. During training it is
   the engine TRL's GRPOTrainer creates (grpo/trl_adapter/internals.py: `vllm_engine`), whose
   weights TRL syncs from the policy before every generation step.
-- vllm_server: a vLLM server on another GPU, started beforehand (README):
+- vllm_server: a vLLM server on another GPU, started beforehand (docs/scaling.md):
       VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 vllm serve Qwen/Qwen3-0.6B --port 8000 \\
           --weight-transfer-config '{"backend": "nccl"}' --logprobs-mode processed_logprobs --max-logprobs -1
   (`trl vllm-serve --model ... --port 8000` runs the same command). TRL's client pushes the

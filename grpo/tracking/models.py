@@ -14,7 +14,7 @@ and registered in the model registry under tracking.register_as.
   reward_model.per_language_heads model's heads). Registered as `<register_as>-reward-model`.
 
 Load one back with `mlflow.transformers.load_model("models:/<name>/<version>",
-return_type="components")` (README, Tracking). The pip requirements are the installed versions of
+return_type="components")` (docs/tracking.md). The pip requirements are the installed versions of
 what loading needs, pinned (MLflow's own inference would also ask for torchvision).
 
 mlflow, transformers and peft are imported inside the functions.

@@ -90,7 +90,11 @@ def test_grid_sweep_in_two_parallel_jobs_logs_one_parent_and_a_child_per_job(tmp
     assert parent.data.params["sweep.optimizer.lr"] == "1e-6,3e-6"
     assert parent.info.run_name == "sweep lr=1e-6,3e-6"  # what varies, short enough for the runs list
     assert client.get_experiment(parent.info.experiment_id).name == "grpo-alphabet_sort"
-    assert [c.info.run_name for c in children] == ["optimizer.lr=1e-06", "optimizer.lr=3e-06"]
+    # what ran, on what, then what tells the job apart
+    assert [c.info.run_name for c in children] == [
+        "train alphabet_sort en · lr=1e-06",
+        "train alphabet_sort en · lr=3e-06",
+    ]
     for num, (child, lr) in enumerate(zip(children, ["1e-06", "3e-06"], strict=True)):
         tags, params, metrics = child.data.tags, child.data.params, child.data.metrics
         assert child.info.status == "FINISHED"
@@ -172,10 +176,8 @@ def test_optuna_preset_runs_trials_as_children(tmp_path):
     assert parent.info.status == "FINISHED" and parent.data.tags["grpo.choice.hydra/sweeper"] == "optuna"
     assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
     for child in children:  # each trial's name is its sampled values
-        assert (
-            child.info.run_name.startswith("optimizer.lr=")
-            and "trainer.num_generations=" in child.info.run_name
-        )
+        assert child.info.run_name.startswith("train alphabet_sort en · ") and "lr=" in child.info.run_name
+        assert "num_generations=" in child.info.run_name  # a sweep job's name keeps all it varies
 
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.load_study(study_name="grpo-alphabet_sort-lr-beta", storage=rdb_storage(url))

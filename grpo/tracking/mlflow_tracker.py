@@ -35,10 +35,11 @@ from grpo.run.layout import RunLayout
 from grpo.tracking import params as P
 from grpo.tracking.base import TRAIN_PREFIX, Tracker
 from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
-from grpo.tracking.render import last_user_message, render_messages
+from grpo.tracking.render import last_user_message, render_messages, rows_html
 from grpo.tracking.spool import Spool, unreachable
 from grpo.tracking.store import (
     artifact_location,
+    env_name,
     experiment_name,
     experiment_url,
     get_or_create_experiment,
@@ -272,14 +273,19 @@ class MlflowTracker(Tracker):
                 log.warning("MLflow: could not log the %s evaluation's dataset input: %s", label, ex)
         limit = self.settings.tracking.log_samples
         table_file = f"eval/{label}/samples.json"
-        if self.resumed and any(
-            a.path == table_file for a in self.client.list_artifacts(self.run_id, f"eval/{label}")
+        # a resumed run re-running an evaluation: log_table would append duplicate rows (with its
+        # store away, whether it has them cannot be asked)
+        if self.resumed and (
+            self.spool.pending
+            or any(a.path == table_file for a in self.client.list_artifacts(self.run_id, f"eval/{label}"))
         ):
-            limit = 0  # a resumed run re-running an evaluation: log_table would append duplicate rows
+            limit = 0
         if limit > 0 and result.results_path is not None and Path(result.results_path).is_file():
             table = sample_table(Path(result.results_path), list(result.per_function), limit)
             if table["reward"]:
                 self._write("table", data=table, artifact_file=table_file)
+                page = rows_html(table, f"{label} evaluation: {len(table['reward'])} sample rollouts")
+                self._write("text", text=page, artifact_file=f"eval/{label}/samples.html")
 
     def _log_eval_input(self, label: str, result: Any) -> None:
         """The examples an evaluation ran on, as the run's dataset input (mlflow.data, context =
@@ -313,13 +319,15 @@ class MlflowTracker(Tracker):
         return completions_callback(self.log_completions, n)
 
     def log_completions(self, table: Mapping[str, list[Any]], step: int) -> None:
-        """Append a logging step's rows to the run's completions table (train/completions.json). A
-        resumed run skips the steps its MLflow run already has (redone after the checkpoint)."""
-        from grpo.tracking.completions import TABLE_FILE
+        """Append a logging step's rows to the run's completions table (train/completions.json), and
+        write them as the step's readable page (train/completions/step-<step>.html). A resumed run
+        skips the steps its MLflow run already has (redone after the checkpoint)."""
+        from grpo.tracking.completions import TABLE_FILE, completions_page, page_file
 
         if self.resumed and step <= self._logged.get(f"{TRAIN_PREFIX}reward", -1):
             return
         self._write("table", data=dict(table), artifact_file=TABLE_FILE)
+        self._write("text", text=completions_page(table, step), artifact_file=page_file(step))
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or a directory (its contents) as artifacts of the run."""
@@ -496,14 +504,17 @@ class MlflowTracker(Tracker):
         return str(recorded["run_id"])
 
     def _run_name(self, job: JobInfo | None, sweep: SweepInfo | None) -> str:
+        """tracking.run_name, else what ran, on what, and the overrides that tell it apart (a sweep
+        job: those that vary between its jobs); see grpo.tracking.params.run_name."""
         if self.settings.tracking.run_name:
             return self.settings.tracking.run_name
-        if job is None:
-            return self.run_dir.name
-        if sweep is not None:
-            varied = P.varied_overrides(job.overrides, sweep.overrides)
-            return (",".join(varied) or f"job {job.job_num}")[: P.MAX_KEY_LENGTH]
-        return (" ".join(job.overrides) or self.run_dir.name)[: P.MAX_KEY_LENGTH]
+        overrides, limit = (job.overrides if job is not None else []), P.MAX_RUN_NAME
+        if sweep is not None and job is not None:
+            overrides = P.varied_overrides(job.overrides, sweep.overrides) or [f"job={job.job_num}"]
+            limit = P.MAX_KEY_LENGTH  # all that tells the job from its siblings
+        language = self.settings.language
+        code = "+".join(language.members) if language.code == "mix" and language.members else language.code
+        return P.run_name(self.settings.stages, env_name(self.settings.env), code, overrides, limit)
 
     def _start_tags(self, job: JobInfo | None, sweep: SweepInfo | None) -> dict[str, str]:
         tags = {

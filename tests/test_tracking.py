@@ -220,14 +220,14 @@ def test_experiments_open_on_the_runs_table(root, capsys):
     # a SQLite store: where `mlflow ui` serves it by default, and how to serve it or point elsewhere
     assert line.startswith(
         f"mlflow: run page http://127.0.0.1:5000/#/experiments/{old}/runs/{tracker.run_id}"
-        f"?workflowType=machine_learning, runs table http://127.0.0.1:5000/#/experiments/{old}"
+        f"?workflowType=machine_learning, runs table http://127.0.0.1:5000/#/experiments/{old}/runs"
         "?workflowType=machine_learning&viewStateShareKey=grpo (serve them with: mlflow ui --backend-store-uri sqlite:///"
     ), line
     assert line.endswith("; another host / port: tracking.ui_url=URL)")
     # a server: its own host and port; tracking.ui_url wins over both
     assert (
         experiment_url("http://host:5001/", "7")
-        == "http://host:5001/#/experiments/7?workflowType=machine_learning&viewStateShareKey=grpo"
+        == "http://host:5001/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=grpo"
     )
     # the view that link opens: a saved view of the experiment (MLflow's envelope), the key metrics
     # shown; written once, not again while it holds the same state
@@ -628,4 +628,4 @@ def test_a_real_run_is_named_by_its_overrides_and_keeps_its_command_line_in_a_ta
     run_id = json.loads((tmp_path / "run" / "mlflow_run.json").read_text())["run_id"]
     run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(run_id)
     assert run.info.run_name.startswith("eval alphabet_sort sv · examples=1 rollouts=1 max_tokens")
-    assert run.data.tags["grpo.overrides"] == " ".join(args)
+    assert run.data.tags["grpo.overrides"] == " ".join(args[:-1])  # the whole command line but hydra.*

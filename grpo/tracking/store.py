@@ -54,8 +54,11 @@ VIEW_NAME = "grpo: rewards"
 # the run's objective (its last evaluation's mean reward), the evaluations before and after
 # training and their paired gain, the training reward (last logged step)
 KEY_METRICS = ("objective", "eval/gain", "eval/baseline/mean", "eval/final/mean", "train/reward")
-# the columns MLflow shows by default (its UI's attribute names), kept
-_DEFAULT_COLUMNS = ("Source", "Models", "Dataset")
+# the attribute columns of MLflow's default kept (its UI's names; Source and Models say nothing
+# here: every run's source is python -m grpo), shown after the metrics
+_SHOWN_ATTRIBUTES = ("Dataset",)
+# the run-name column's width (px) in the view: room for about 50 characters of a name
+RUN_NAME_WIDTH = 380
 
 
 def quiet_mlflow() -> None:
@@ -288,13 +291,18 @@ def get_or_create_experiment(client: MlflowClient, name: str, location: str | No
 
 
 def runs_view_state() -> str:
-    """The runs-table state of grpo's saved view: MLflow's default columns plus KEY_METRICS,
-    newest runs first (the UI's own state keys)."""
-    columns = [f"attributes.`{name}`" for name in _DEFAULT_COLUMNS]
-    columns += [f"metrics.`{key}`" for key in KEY_METRICS]
-    return json.dumps(
-        {"selectedColumns": columns, "orderByKey": "attributes.start_time", "orderByAsc": False}
-    )
+    """The runs-table state of grpo's saved view (the UI's own state keys): the run name wide,
+    then KEY_METRICS, then MLflow's Dataset and Duration columns; newest runs first."""
+    name, metrics = "attributes.`Run Name`", [f"metrics.`{key}`" for key in KEY_METRICS]
+    attributes = [f"attributes.`{a}`" for a in _SHOWN_ATTRIBUTES]
+    state = {
+        "selectedColumns": [*attributes, *metrics],
+        "columnOrder": [name, "attributes.`Created`", *metrics, *attributes, "attributes.`Duration`"],
+        "columnWidths": {name: RUN_NAME_WIDTH},
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+    }
+    return json.dumps(state)
 
 
 def _saved_state(tag: str | None) -> str | None:
@@ -314,8 +322,9 @@ def ui_base(uri: str, ui_url: str | None = None) -> str:
 
 
 def experiment_url(uri: str, experiment_id: str, ui_url: str | None = None) -> str:
-    """The UI page of an experiment's runs table (opened on Model training, not GenAI)."""
-    return f"{ui_base(uri, ui_url)}/#/experiments/{experiment_id}{UI_QUERY}&viewStateShareKey={VIEW_KEY}"
+    """The UI page of an experiment's runs table (opened on Model training, not GenAI), in grpo's
+    saved view (its key metric columns)."""
+    return f"{ui_base(uri, ui_url)}/#/experiments/{experiment_id}/runs{UI_QUERY}&viewStateShareKey={VIEW_KEY}"
 
 
 def run_url(uri: str, experiment_id: str, run_id: str, ui_url: str | None = None) -> str:

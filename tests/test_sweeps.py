@@ -146,16 +146,16 @@ def test_failing_jobs_are_failed_children_and_the_sweep_exits_non_zero(tmp_path)
     assert proc.returncode != 0
     parent, children = the_sweep(store(tmp_path))
 
-    statuses = {c.info.run_name: c.info.status for c in children}
+    statuses = {c.info.run_name.removeprefix("eval alphabet_sort en · "): c.info.status for c in children}
     assert statuses == {
-        "model=tiny,env.names_source=null": "FINISHED",
-        "model=tiny,env.names_source=/nonexistent/names.txt": "FAILED",
-        "model=qwen2_5_0_5b_instruct,env.names_source=null": "FAILED",
-        "model=qwen2_5_0_5b_instruct,env.names_source=/nonexistent/names.txt": "FAILED",
+        "model=tiny names_source=null": "FINISHED",
+        "model=tiny names_source=names.txt": "FAILED",  # a path by its last part
+        "model=qwen2_5_0_5b_instruct names_source=null": "FAILED",
+        "model=qwen2_5_0_5b_instruct names_source=names.txt": "FAILED",
     }
-    errors = {c.info.run_name: c.data.tags.get("grpo.error", "") for c in children}
-    assert "names.txt" in errors["model=tiny,env.names_source=/nonexistent/names.txt"]
-    assert "Qwen/Qwen2.5-0.5B-Instruct" in errors["model=qwen2_5_0_5b_instruct,env.names_source=null"]
+    errors = {c.info.run_name.split(" · ")[1]: c.data.tags.get("grpo.error", "") for c in children}
+    assert "names.txt" in errors["model=tiny names_source=names.txt"]
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in errors["model=qwen2_5_0_5b_instruct names_source=null"]
     assert "eval/eval/mean" in children[0].data.metrics
     assert parent.info.status == "FAILED"
     assert parent.data.tags["grpo.sweep.failed_jobs"] == "3"
@@ -282,7 +282,10 @@ def test_submitit_local_sweep_logs_children_under_one_parent_and_fails_with_a_fa
     assert proc.returncode != 0
     parent, children = the_sweep(store(tmp_path))
     statuses = {c.info.run_name: c.info.status for c in children}
-    assert statuses == {"model=tiny": "FINISHED", "model=qwen2_5_0_5b_instruct": "FAILED"}
+    assert statuses == {
+        "eval alphabet_sort en · model=tiny": "FINISHED",
+        "eval alphabet_sort en · model=qwen2_5_0_5b_instruct": "FAILED",
+    }
     assert parent.info.status == "FAILED" and parent.data.tags["grpo.sweep.failed_jobs"] == "1"
     finished = next(c for c in children if c.info.status == "FINISHED")
     assert "eval/eval/mean" in finished.data.metrics

@@ -531,7 +531,8 @@ class TrackingConfig:
     uri: str | None = None
     # null = one experiment per environment: "grpo-<env name>"
     experiment: str | None = None
-    # null = the command-line overrides (a sweep job: the overrides that vary between jobs)
+    # null = what ran, on what, and the overrides that differ: `train alphabet_sort sv · lr=1e-5 steps=200`
+    # (a sweep job: the overrides that vary between its jobs); the whole command line is the tag grpo.overrides
     run_name: str | None = None
     # where the MLflow UI is, for the links a run prints; null = the tracking server itself (an http
     # uri), or http://127.0.0.1:5000 for a SQLite store (`mlflow ui`'s default; another host / port:

@@ -16,6 +16,7 @@ import json
 import re
 import shlex
 import signal
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable
@@ -373,3 +374,65 @@ def test_a_signal_landing_in_a_finalizer_still_stops_the_run():
             time.sleep(0.01)
     assert info.value.signum == signal.SIGINT and info.value.at_once
     assert time.monotonic() - started < 2
+
+
+def _holds_a_write(db: Path) -> bool:
+    """Whether another connection is inside a write transaction on `db` (holds SQLite's RESERVED
+    lock): a write of our own cannot begin."""
+    probe = sqlite3.connect(db, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError as ex:
+        assert "locked" in str(ex), ex
+        return True
+    finally:
+        probe.close()
+
+
+def _received(pid: int, signum: int) -> bool:
+    """Whether the process has taken `signum` (Linux: no longer pending for it)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    pending = 0
+    for field in ("SigPnd", "ShdPnd"):
+        pending |= int(re.search(rf"^{field}:\s*([0-9a-f]+)", status, re.M)[1], 16)
+    return not pending & (1 << (signum - 1))
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_inside_a_store_write_still_closes_the_run_as_killed(tmp_path):
+    """The second signal lands while the process is inside a write to its SQLite store: the test
+    holds a read lock on the database, so the write the first Ctrl-C causes (the run's end) stops
+    at its commit, waiting for the lock; the second SIGINT arrives there, then the lock goes. The
+    run must not stay RUNNING."""
+    run_dir = tmp_path / "run"
+    overrides = ["+env=alphabet_sort", "stages=[eval]", "eval.num_examples=200", "tracking.system_metrics=false",
+                 f"hydra.run.dir={run_dir}"]  # fmt: skip
+    db = tmp_path / "mlflow.db"
+    with open(tmp_path / "out.log", "w") as out, open(tmp_path / "err.log", "w") as err:
+        proc = start_grpo(overrides, root=tmp_path, cwd=tmp_path, stdout=out, stderr=err)
+        deadline = time.monotonic() + 300
+        while "evaluating" not in (tmp_path / "out.log").read_text():  # the run exists, its config is in
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "err.log").read_text()
+            time.sleep(0.02)
+        reader = sqlite3.connect(db, isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM runs").fetchone()  # SHARED lock: no write can commit
+        proc.send_signal(signal.SIGINT)  # stops the evaluation at once; the run's end writes to the store
+        while not _holds_a_write(db):  # the process's write began and waits at its commit
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        while not _received(proc.pid, signal.SIGINT):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert _holds_a_write(db)  # the second signal came while the write was still waiting
+        reader.execute("ROLLBACK")
+        reader.close()
+        proc.wait(timeout=300)
+    err = (tmp_path / "err.log").read_text()
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted during eval" in err.strip().splitlines()[-1]
+    run = _client(tmp_path).get_run(_run_id(run_dir))
+    assert run.info.status == "KILLED"

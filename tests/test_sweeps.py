@@ -79,7 +79,11 @@ def test_grid_sweep_in_two_parallel_jobs_logs_one_parent_and_a_child_per_job(tmp
     assert parent.data.params["sweep.optimizer.lr"] == "1e-6,3e-6"
     assert parent.info.run_name == "sweep lr=1e-6,3e-6"  # what varies, short enough for the runs list
     assert client.get_experiment(parent.info.experiment_id).name == "grpo-alphabet_sort"
-    assert [c.info.run_name for c in children] == ["optimizer.lr=1e-06", "optimizer.lr=3e-06"]
+    # what ran, on what, then what tells the job apart
+    assert [c.info.run_name for c in children] == [
+        "train alphabet_sort en · lr=1e-06",
+        "train alphabet_sort en · lr=3e-06",
+    ]
     for num, (child, lr) in enumerate(zip(children, ["1e-06", "3e-06"], strict=True)):
         tags, params, metrics = child.data.tags, child.data.params, child.data.metrics
         assert child.info.status == "FINISHED"
@@ -132,16 +136,16 @@ def test_failing_jobs_are_failed_children_and_the_sweep_exits_non_zero(tmp_path)
     assert proc.returncode != 0
     parent, children = the_sweep(store(tmp_path))
 
-    statuses = {c.info.run_name: c.info.status for c in children}
+    statuses = {c.info.run_name.removeprefix("eval alphabet_sort en · "): c.info.status for c in children}
     assert statuses == {
-        "model=tiny,env.names_source=null": "FINISHED",
-        "model=tiny,env.names_source=/nonexistent/names.txt": "FAILED",
-        "model=qwen2_5_0_5b_instruct,env.names_source=null": "FAILED",
-        "model=qwen2_5_0_5b_instruct,env.names_source=/nonexistent/names.txt": "FAILED",
+        "model=tiny names_source=null": "FINISHED",
+        "model=tiny names_source=names.txt": "FAILED",  # a path by its last part
+        "model=qwen2_5_0_5b_instruct names_source=null": "FAILED",
+        "model=qwen2_5_0_5b_instruct names_source=names.txt": "FAILED",
     }
-    errors = {c.info.run_name: c.data.tags.get("grpo.error", "") for c in children}
-    assert "names.txt" in errors["model=tiny,env.names_source=/nonexistent/names.txt"]
-    assert "Qwen/Qwen2.5-0.5B-Instruct" in errors["model=qwen2_5_0_5b_instruct,env.names_source=null"]
+    errors = {c.info.run_name.split(" · ")[1]: c.data.tags.get("grpo.error", "") for c in children}
+    assert "names.txt" in errors["model=tiny names_source=names.txt"]
+    assert "Qwen/Qwen2.5-0.5B-Instruct" in errors["model=qwen2_5_0_5b_instruct names_source=null"]
     assert "eval/eval/mean" in children[0].data.metrics
     assert parent.info.status == "FAILED"
     assert parent.data.tags["grpo.sweep.failed_jobs"] == "3"
@@ -164,10 +168,8 @@ def test_optuna_preset_runs_trials_as_children(tmp_path):
     assert parent.info.status == "FINISHED" and parent.data.tags["grpo.choice.hydra/sweeper"] == "optuna"
     assert len(children) == 2 and all(c.info.status == "FINISHED" for c in children)
     for child in children:  # each trial's name is its sampled values
-        assert (
-            child.info.run_name.startswith("optimizer.lr=")
-            and "trainer.num_generations=" in child.info.run_name
-        )
+        assert child.info.run_name.startswith("train alphabet_sort en · ") and "lr=" in child.info.run_name
+        assert "num_generations=" in child.info.run_name  # a sweep job's name keeps all it varies
 
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.load_study(study_name="grpo-alphabet_sort-lr-beta", storage=rdb_storage(url))
@@ -283,7 +285,10 @@ def test_submitit_local_sweep_logs_children_under_one_parent_and_fails_with_a_fa
     assert proc.returncode != 0
     parent, children = the_sweep(store(tmp_path))
     statuses = {c.info.run_name: c.info.status for c in children}
-    assert statuses == {"model=tiny": "FINISHED", "model=qwen2_5_0_5b_instruct": "FAILED"}
+    assert statuses == {
+        "eval alphabet_sort en · model=tiny": "FINISHED",
+        "eval alphabet_sort en · model=qwen2_5_0_5b_instruct": "FAILED",
+    }
     assert parent.info.status == "FAILED" and parent.data.tags["grpo.sweep.failed_jobs"] == "1"
     finished = next(c for c in children if c.info.status == "FINISHED")
     assert "eval/eval/mean" in finished.data.metrics

@@ -218,15 +218,25 @@ def test_experiments_open_on_the_runs_table(root, capsys):
     # a SQLite store: where `mlflow ui` serves it by default, and how to serve it or point elsewhere
     assert line.startswith(
         f"mlflow: run page http://127.0.0.1:5000/#/experiments/{old}/runs/{tracker.run_id}"
-        f"?workflowType=machine_learning, runs table http://127.0.0.1:5000/#/experiments/{old}"
-        "?workflowType=machine_learning (serve them with: mlflow ui --backend-store-uri sqlite:///"
+        f"?workflowType=machine_learning, runs table http://127.0.0.1:5000/#/experiments/{old}/runs"
+        "?workflowType=machine_learning&viewStateShareKey=grpo (serve them with: mlflow ui --backend-store-uri sqlite:///"
     ), line
     assert line.endswith("; another host / port: tracking.ui_url=URL)")
     # a server: its own host and port; tracking.ui_url wins over both
     assert (
         experiment_url("http://host:5001/", "7")
-        == "http://host:5001/#/experiments/7?workflowType=machine_learning"
+        == "http://host:5001/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=grpo"
     )
+    # the view that link opens: a saved view of the experiment (MLflow's envelope), the key metrics
+    # shown; written once, not again while it holds the same state
+    for experiment_id in (old, new):
+        tag = client.get_experiment(experiment_id).tags["mlflow.sharedViewState.grpo"]
+        view = json.loads(tag)
+        assert view["name"] == "grpo: rewards" and isinstance(view["createdAt"], int)
+        columns = json.loads(view["state"])["selectedColumns"]
+        assert "metrics.`objective`" in columns and "metrics.`eval/final/mean`" in columns
+    get_or_create_experiment(client, "fresh", None)
+    assert client.get_experiment(new).tags["mlflow.sharedViewState.grpo"] == tag
     assert (
         run_url("http://host:5001", "7", "abc")
         == "http://host:5001/#/experiments/7/runs/abc?workflowType=machine_learning"
@@ -576,3 +586,43 @@ def test_a_sweep_parent_is_named_by_the_short_keys_it_varies():
         "reward_model.lora.r": "4",
         "seed": "1,2",
     }
+
+
+def test_run_names_say_what_ran_on_what_and_the_overrides_that_differ():
+    from grpo.tracking.params import MAX_RUN_NAME, run_name
+
+    train = ["eval", "train", "eval"]
+    assert run_name(train, "alphabet_sort", "sv", ["+env=alphabet_sort", "language=sv", "optimizer.lr=1e-5",
+                    "trainer.max_steps=200", "tracking.uri=http://x", "hydra.run.dir=y"]) == (
+        "train alphabet_sort sv · lr=1e-5 steps=200"
+    )  # fmt: skip
+    # an evaluation of a checkpoint: the model by its folder; a preset after what it is the context of
+    assert run_name(["eval"], "alphabet_sort", "en", ["+experiment=alphabet_sort_cpu", "stages=[eval]",
+                    "model.path=/o/runs/2026-12-03/06-55-07/checkpoints/checkpoint-120"]) == (
+        "eval alphabet_sort en · checkpoint-120 exp=alphabet_sort_cpu"
+    )  # fmt: skip
+    assert run_name(["eval"], "alphabet_sort", "en", ["model.path=/o/runs/2026-12-03/06-55-07"]) == (
+        "eval alphabet_sort en · 2026-12-03/06-55-07"
+    )
+    assert run_name(["sft", "eval", "train", "eval"], "char_target", "en", []) == "sft+train char_target en"
+    # two keys with one last part keep their full names; a long name is cut, the start kept
+    long = run_name(
+        train, "x", "en", ["model.lora.r=8", "reward_model.lora.r=4", "seed=3", "trainer.beta=0.04"]
+    )
+    assert long.startswith("train x en · model.lora.r=8 reward_model.lora.r=4")
+    assert len(long) == MAX_RUN_NAME and long.endswith("…")
+
+
+@pytest.mark.slow
+def test_a_real_run_is_named_by_its_overrides_and_keeps_its_command_line_in_a_tag(tmp_path):
+    from helpers.grpo_process import run_grpo
+
+    args = ["+env=alphabet_sort", "stages=[eval]", "language=sv", "eval.num_examples=1",
+            "eval.rollouts_per_example=1", "generation.max_tokens_per_turn=8", "tracking.system_metrics=false",
+            f"hydra.run.dir={tmp_path / 'run'}"]  # fmt: skip
+    proc = run_grpo(args, root=tmp_path, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_id = json.loads((tmp_path / "run" / "mlflow_run.json").read_text())["run_id"]
+    run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(run_id)
+    assert run.info.run_name.startswith("eval alphabet_sort sv · examples=1 rollouts=1 max_tokens")
+    assert run.data.tags["grpo.overrides"] == " ".join(args[:-1])  # the whole command line but hydra.*

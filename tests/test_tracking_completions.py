@@ -5,6 +5,7 @@ and the model's token count; a few rows per language under a mix."""
 
 from __future__ import annotations
 
+import html
 import json
 import statistics
 
@@ -19,8 +20,9 @@ from grpo.envs import build_env
 from grpo.envs.rubric import RewardFunc
 from grpo.rewards import RunRewards
 from grpo.tracking import make_tracker
-from grpo.tracking.completions import TABLE_FILE, balanced_rows, completions_table
+from grpo.tracking.completions import TABLE_FILE, balanced_rows, completions_table, page_file
 from grpo.tracking.mlflow_tracker import render_messages
+from grpo.tracking.render import rows_html
 from grpo.tracking.store import make_client, tracking_uri
 from grpo.train.trainer import build_trainer
 
@@ -55,6 +57,26 @@ def test_table_columns_scores_and_totals():
     assert table["a"] == [1.0, None]  # NaN: the function does not apply
     assert table["reward"] == [2.0, 1.0]  # weighted, a None counting 0
     assert table["advantage"] == [0.25, 0.0] and table["model_tokens"] == [3, 5]
+
+
+def test_the_readable_page_holds_every_text_whole_and_escaped():
+    long_completion = "Ana / Björn / Chen\n" * 40 + "<b>not markup</b> & done"
+    table = {
+        "step": [3, 3],
+        "language": ["sv", "en"],
+        "prompt": ["Sortera namnen: Östen, Åsa, Anna", ""],
+        "completion": [long_completion, "a b"],
+        "reward": [0.8125, None],
+        "alphabetical": [0.8125, None],
+        "advantage": [0.5, -0.5],
+    }
+    page = rows_html(table, "Training step 3")
+    assert f"<pre>{html.escape(long_completion)}</pre>" in page  # whole: 800 characters, none cut
+    assert "<b>not markup</b>" not in page
+    assert "<pre>Sortera namnen: Östen, Åsa, Anna</pre>" in page and "<pre>(empty)</pre>" in page
+    assert "<h3>#1 · sv · reward 0.8125</h3>" in page and "<h3>#2 · en · reward n/a</h3>" in page
+    assert "alphabetical 0.8125 · advantage 0.5" in page
+    assert page.startswith("<!DOCTYPE html>") and page.count("<section>") == 2
 
 
 class LastBatch(TrainerCallback):
@@ -126,6 +148,17 @@ def test_training_logs_the_completions_of_each_logging_step(tmp_path):
             assert row["target_char_fraction"] == pytest.approx(scores["target_char_fraction"])
             assert row["even_length"] == float(len(ro.completion[0]["content"]) % 2 == 0)
             assert row["reward"] == pytest.approx(row["target_char_fraction"] + 0.5 * row["even_length"])
+        # the step's readable page: every row's prompt and completion in full, in the table's order
+        page = open(
+            client.download_artifacts(tracker.run_id, page_file(step), str(tmp_path / "pages"))
+        ).read()
+        assert page.count("<section>") == 8
+        at = 0
+        for r in logged:
+            for text in (r["prompt"], r["completion"]):
+                found = page.find(f"<pre>{html.escape(text) or '(empty)'}</pre>", at)
+                assert found >= 0, text
+                at = found
         # TRL's advantage: the total minus its group's mean, over the group's std (scale=group)
         for g in range(2):
             group = logged[4 * g : 4 * g + 4]

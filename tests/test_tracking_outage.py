@@ -6,6 +6,7 @@ the run ends FINISHED with every step's train/reward exactly once."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -14,7 +15,7 @@ import sys
 import time
 
 import pytest
-from helpers.grpo_process import process_env, start_grpo
+from helpers.grpo_process import process_env, run_grpo, start_grpo
 from helpers.mlflow_server import MlflowServer
 from mlflow import MlflowClient
 from transformers import TrainerCallback
@@ -287,3 +288,44 @@ def test_a_locked_sqlite_store_keeps_the_calls_until_it_is_free(
     messages = [r.getMessage() for r in caplog.records]
     assert any("is unreachable" in m and "database is locked" in m for m in messages)
     assert any("answers again" in m for m in messages)
+
+
+def test_an_evaluation_with_its_server_away_says_so_once_and_its_dataset_input_arrives_later(tmp_path):
+    """A real `python -m grpo` evaluation whose tracking server is not there: the outage is one
+    plain line (no store error text for the dataset input: it is kept like every other call), and
+    the sync sends the run, its metrics and its dataset input once the server is up."""
+    server = MlflowServer(tmp_path / "server")  # its port is closed until started
+    run_dir = tmp_path / "run"
+    args = ["+env=alphabet_sort", "stages=[eval]", "eval.num_examples=2", "eval.rollouts_per_example=1",
+            "generation.max_tokens_per_turn=8", "tracking=mlflow", f"tracking.uri={server.url}",
+            "tracking.system_metrics=false", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    env = process_env(tmp_path)
+    proc = run_grpo(args, root=tmp_path, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (proc.stdout + proc.stderr).splitlines()  # Hydra's log lines go to stdout
+    away = [line for line in lines if "is unreachable" in line]
+    assert (
+        len(away) == 1 and f"the tracking store {server.url} is unreachable (connection refused);" in away[0]
+    )
+    assert not [line for line in lines if "NoneType" in line or "dataset input" in line or "plots" in line]
+    assert sum("still unreachable" in line for line in lines) == 1
+    kept = [
+        json.loads(line)["op"] for line in (run_dir / "mlflow_spool" / "calls.jsonl").read_text().splitlines()
+    ]
+    assert kept[0] == "create_run" and "inputs" in kept and kept[-1] == "status"
+
+    server.start()
+    try:
+        synced = subprocess.run([sys.executable, "-m", "grpo.tracking.sync", str(run_dir)], capture_output=True,
+                                text=True, env=env, timeout=300)  # fmt: skip
+        assert synced.returncode == 0, synced.stderr
+        run = MlflowClient(server.url).get_run(
+            json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
+        )
+        assert run.info.status == "FINISHED"
+        assert "eval/eval/mean" in run.data.metrics
+        (dataset_input,) = run.inputs.dataset_inputs
+        assert dataset_input.dataset.name == "alphabet_sort-eval"
+        assert {t.key: t.value for t in dataset_input.tags} == {"mlflow.data.context": "eval"}
+    finally:
+        server.stop()

@@ -372,4 +372,6 @@ def pairs_from_config(settings: GrpoConfig) -> list[PreferencePair]:
 if __name__ == "__main__":  # the retired entry says where it went instead of exiting 0 having done nothing
     from grpo.errors import fail
 
-    fail("python -m grpo.reward_model.synthetic was retired: run python -m grpo.cli.synthetic (same arguments)")
+    fail(
+        "python -m grpo.reward_model.synthetic was retired: run python -m grpo.cli.synthetic (same arguments)"
+    )

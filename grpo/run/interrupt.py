@@ -12,7 +12,10 @@ raises `Interrupted` (with the step) when `trainer.train()` returns. Outside a t
 evaluation) there is no step to finish, so the first signal raises `Interrupted` at once (when it
 lands inside a `__del__`, whose exceptions Python drops, it is delivered again 50 ms later). A second
 signal always raises at once: a save it cuts short never gets its completion marker, so the latest
-complete checkpoint stays the one a resume picks.
+complete checkpoint stays the one a resume picks. The one exception is a tracking-store write
+(`signals_held`): a signal landing inside one is acted on as soon as that write returns, so no store
+transaction is cut in half and the run's closing status always gets written; a further signal
+while one is held raises at once.
 
 `Interrupted` derives from KeyboardInterrupt: `except Exception` blocks let it through, and the
 tracker closes its MLflow run as KILLED (tagged with the step). The entry point turns it into one
@@ -65,6 +68,9 @@ class StopRequest:
     # (stage, step, what runs inside its step) of a trainer whose step runs another trainer
     # (`inside_step`), else None
     outer: tuple[str | None, int | None, str] | None = None
+    # how many `signals_held` blocks the main thread is in, and the signal held until they end
+    holding: int = 0
+    held: int | None = None
 
 
 # the run's stop request (one run per process); None outside `handle_signals`
@@ -100,6 +106,16 @@ def handle_signals() -> Iterator[StopRequest]:
             )
             return
         stop.signum = stop.signum or signum
+        if stop.holding and stop.held is None:
+            stop.held = signum  # raised when the store write returns (`signals_held`)
+            if is_main():
+                print(
+                    f"\n[grpo] {signal.Signals(signum).name}: stopping once the tracking store has taken the "
+                    "current write (send it again to stop now)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
         if _in_finalizer(frame):
             # Python prints and drops an exception raised inside a __del__ (a garbage collection
             # the signal happened to land in): deliver the signal again in a moment instead
@@ -117,6 +133,28 @@ def handle_signals() -> Iterator[StopRequest]:
         _current = None
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Around one write to the tracking store (an SQLite transaction, a request): a signal that
+    would stop the run at once is held until the block ends, then raised as `Interrupted` (even
+    when the block raised: the stop wins), so a write is never cut in the middle and the writes
+    that close the run still find the store free. A further signal while one is held raises at
+    once. Nested blocks hold until the outermost ends. Off the main thread, or outside
+    `handle_signals`, it does nothing (signals reach only the main thread)."""
+    stop = _current
+    if stop is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stop.holding += 1
+    try:
+        yield
+    finally:
+        stop.holding -= 1
+        if not stop.holding and stop.held is not None:
+            signum, stop.held = stop.held, None
+            raise Interrupted(signum, stop.stage or stop.phase, stop.step, at_once=True)
 
 
 def _in_finalizer(frame: Any) -> bool:

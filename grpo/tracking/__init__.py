@@ -35,16 +35,20 @@ def make_tracker(settings: GrpoConfig, run_dir: Path) -> Tracker:
 def make_mlflow_tracker(settings: GrpoConfig, run_dir: Path) -> Tracker:
     """The MLflow tracker of the run in `run_dir`, given the parts of `settings` it logs with: the
     tracking group, the store (tracking.uri or the one under output_root), the experiment, the
-    env's name and the run it resumes."""
+    env's name, the stages and language its run name says, and the run it resumes."""
     from grpo.tracking.mlflow_tracker import MlflowTracker
-    from grpo.tracking.store import experiment_name, tracking_uri
+    from grpo.tracking.store import env_name, experiment_name, tracking_uri
 
+    language = settings.language
+    code = "+".join(language.members) if language.code == "mix" and language.members else language.code
     return MlflowTracker(
         settings.tracking,
         Path(run_dir),
         uri=tracking_uri(settings),
         experiment=experiment_name(settings.tracking, settings.env),
-        env_name=str((settings.env or {}).get("name", "")),
+        env_name=env_name(settings.env),
+        stages=list(settings.stages),
+        language=code,
         resume=settings.resume,
     )
 

@@ -1,6 +1,8 @@
 """What the policy wrote during GRPO training, as a table in the run (tracking.log_completions rows
 per logging step; MLflow: the table artifact train/completions.json, one file for the whole run,
-its rows appended each logging step).
+its rows appended each logging step), and, to read in the UI (whose table view shows a few
+characters of each cell), the same rows as one page per logging step,
+train/completions/step-<step>.html: each row's scores, then its prompt and completion in full.
 
 Columns: step, language, prompt (its last user message), completion (the whole episode: the model's
 turns and, for a multi-turn env, the environment's), reward (the weighted total), each reward
@@ -26,7 +28,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from grpo.tracking.render import last_user_message, render_messages
+from grpo.tracking.render import last_user_message, render_messages, rows_html
 from grpo.trl_adapter.internals import (
     EPISODE_COLUMN,
     LANGUAGE_COLUMN,
@@ -38,6 +40,8 @@ log = logging.getLogger(__name__)
 
 # the artifact the table is appended to (MLflow)
 TABLE_FILE = "train/completions.json"
+# the folder of the readable pages, one per logging step
+PAGES_DIR = "train/completions"
 FIXED_COLUMNS = ("step", "language", "prompt", "completion", "reward", "advantage", "model_tokens")
 
 
@@ -96,6 +100,18 @@ def completions_table(
         table["advantage"].append(_number(advantages[i]) if i < len(advantages) else None)
         table["model_tokens"].append(tokens[i])
     return table
+
+
+def page_file(step: int) -> str:
+    """The readable page of a logging step's rows (zero-padded: the artifact list sorts by name)."""
+    return f"{PAGES_DIR}/step-{int(step):06d}.html"
+
+
+def completions_page(table: Mapping[str, Sequence[Any]], step: int) -> str:
+    """A logging step's rows (`completions_table`) as the HTML page `page_file(step)`."""
+    return rows_html(
+        table, f"Training step {step}: what the policy wrote ({len(table.get('prompt', ()))} rollouts)"
+    )
 
 
 def completions_callback(log_table: Callable[[dict[str, list[Any]], int], None], n: int) -> Any:

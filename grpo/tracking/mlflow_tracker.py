@@ -23,18 +23,19 @@ import re
 import socket
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from grpo.config import GrpoConfig, TrackingConfig
 from grpo.files import read_jsonl, write_json_atomic
+from grpo.run.interrupt import signals_held
 from grpo.run.layout import RunLayout
 from grpo.tracking import params as P
 from grpo.tracking.base import TRAIN_PREFIX, Tracker
 from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
-from grpo.tracking.render import last_user_message, render_messages
+from grpo.tracking.render import last_user_message, render_messages, rows_html
 from grpo.tracking.spool import Spool, unreachable
 from grpo.tracking.store import (
     artifact_location,
@@ -82,6 +83,8 @@ class MlflowTracker(Tracker):
         uri: str,
         experiment: str,
         env_name: str = "",
+        stages: Sequence[str] = (),
+        language: str = "",
         resume: str | None = None,
     ) -> None:
         self.tracking = tracking
@@ -89,6 +92,9 @@ class MlflowTracker(Tracker):
         self.uri = uri
         self.experiment = experiment
         self.env_name = env_name
+        # what the run's name says it ran, on what (with env_name): the stages, the language code
+        self.stages = list(stages)
+        self.language = language
         self.resume = resume
         self.client: Any = None
         self.run_id: str | None = None
@@ -105,19 +111,29 @@ class MlflowTracker(Tracker):
     # ---- lifecycle -------------------------------------------------------------------------------
 
     def __enter__(self) -> MlflowTracker:
+        try:
+            self._start()
+        except KeyboardInterrupt as ex:  # a Ctrl-C as the run starts: a run created is closed KILLED
+            self.__exit__(type(ex), ex, ex.__traceback__)
+            raise
+        return self
+
+    def _start(self) -> None:
         job = current_job()
         sweep = self._sweep(job)
         try:
-            self.client = make_client(self.uri)
-            run = self._open_run(job, sweep)
+            # a Ctrl-C meanwhile is acted on once the run's id is known (so its run can be closed)
+            with signals_held():
+                self.client = make_client(self.uri)
+                run = self._open_run(job, sweep)
+                self.run_id = run.info.run_id
+                self.experiment_id = run.info.experiment_id
         except Exception as ex:
             # a fresh run (or a sweep's child) whose store is away: created once it answers
             if self.run_id is not None or self.resume or not unreachable(ex):
                 raise
             self._start_offline(job, sweep, ex)
-            return self
-        self.run_id = run.info.run_id
-        self.experiment_id = run.info.experiment_id
+            return
         self._write_run_file()
         if self.tracking.system_metrics:
             self._system = start_system_metrics(
@@ -133,7 +149,6 @@ class MlflowTracker(Tracker):
             f"mlflow: run page {run_url(self.uri, self.experiment_id, self.run_id, ui)}, runs table "
             f"{experiment_url(self.uri, self.experiment_id, ui)}{ui_hint(self.uri, ui)}"
         )
-        return self
 
     def _open_run(self, job: JobInfo | None, sweep: SweepInfo | None) -> Any:
         """The resumed run reopened, or a new run (a sweep job: under its parent)."""
@@ -181,33 +196,47 @@ class MlflowTracker(Tracker):
         if self.run_id is None and not self.spool.pending:
             return False
         status = _status(exc)
-        if self._system is not None:  # its last samples go in before the run is closed
-            best_effort_finish(self._system)
-            self._system = None
+        cut: KeyboardInterrupt | None = None
         try:
-            step = getattr(exc, "step", None)
-            if isinstance(exc, KeyboardInterrupt) and step is not None:  # grpo.run.interrupt.Interrupted
-                tags = {"interrupted_at_step": step, "interrupted_by": str(exc).split()[0]}
-                self._log_tags({f"{P.TAG_PREFIX}{k}": str(v) for k, v in tags.items()})
-            elif status != "FINISHED" and exc is not None:
-                message = " ".join(f"{type(exc).__name__}: {exc}".split())
-                self._log_tags({f"{P.TAG_PREFIX}error": P.tag_value(message)})
-            if self.spool.pending:
-                self._adopt(self.spool.replay(self.client, self.run_id))
-            if self.tracking.log_plots and self.spool.pending:
-                log.warning("MLflow: no end-of-run plots: the store does not have the run's metrics yet")
-            elif self.tracking.log_plots:
-                self.log_plots()
+            self._end_of_run(exc, status)
+        except KeyboardInterrupt as ex:  # a further Ctrl-C: skip the rest, but close the run
+            cut = ex
+            status = status if exc is not None else "KILLED"
         except Exception as ex:  # noqa: BLE001 - never hide the run's own error behind a logging one
             log.warning("MLflow: could not log the end-of-run plots: %s", ex)
         try:
             self._write("status", status=status, end_time=int(time.time() * 1000))
             self.spool.close(self.client, self.run_id, f"python -m grpo.tracking.sync {self.run_dir}")
+        except KeyboardInterrupt:  # the status went in (a store write is never cut: signals_held)
+            if exc is None:
+                raise
         except Exception as ex:  # noqa: BLE001
             if exc is None:
                 raise
             log.warning("MLflow: could not close run %s as %s: %s", self.run_id, status, ex)
+        if cut is not None and exc is None:
+            raise cut
         return False
+
+    def _end_of_run(self, exc: BaseException | None, status: str) -> None:
+        """What a run logs as it ends, before its status: the system metrics' last samples, how
+        it ended (interrupted at a step, its error), what the spool kept, the plots."""
+        if self._system is not None:  # its last samples go in before the run is closed
+            system, self._system = self._system, None
+            best_effort_finish(system)
+        step = getattr(exc, "step", None)
+        if isinstance(exc, KeyboardInterrupt) and step is not None:  # grpo.run.interrupt.Interrupted
+            tags = {"interrupted_at_step": step, "interrupted_by": str(exc).split()[0]}
+            self._log_tags({f"{P.TAG_PREFIX}{k}": str(v) for k, v in tags.items()})
+        elif status != "FINISHED" and exc is not None:
+            message = " ".join(f"{type(exc).__name__}: {exc}".split())
+            self._log_tags({f"{P.TAG_PREFIX}error": P.tag_value(message)})
+        if self.spool.pending:
+            self._adopt(self.spool.replay(self.client, self.run_id))
+        # with calls still kept, the store lacks the run's metrics: no plots (the spool's last
+        # line says the store is away)
+        if self.tracking.log_plots and not self.spool.pending:
+            self.log_plots()
 
     # ---- what a run logs ---------------------------------------------------------------------------
 
@@ -261,24 +290,29 @@ class MlflowTracker(Tracker):
                 log.warning("MLflow: could not log the %s evaluation's dataset input: %s", label, ex)
         limit = self.tracking.log_samples
         table_file = f"eval/{label}/samples.json"
-        if self.resumed and any(
-            a.path == table_file for a in self.client.list_artifacts(self.run_id, f"eval/{label}")
+        # a resumed run re-running an evaluation: log_table would append duplicate rows (with its
+        # store away, whether it has them cannot be asked)
+        if self.resumed and (
+            self.spool.pending
+            or any(a.path == table_file for a in self.client.list_artifacts(self.run_id, f"eval/{label}"))
         ):
-            limit = 0  # a resumed run re-running an evaluation: log_table would append duplicate rows
+            limit = 0
         if limit > 0 and result.results_path is not None and Path(result.results_path).is_file():
             table = sample_table(Path(result.results_path), list(result.per_function), limit)
             if table["reward"]:
                 self._write("table", data=table, artifact_file=table_file)
+                page = rows_html(table, f"{label} evaluation: {len(table['reward'])} sample rollouts")
+                self._write("text", text=page, artifact_file=f"eval/{label}/samples.html")
 
     def _log_eval_input(self, label: str, result: Any) -> None:
         """The examples an evaluation ran on, as the run's dataset input (mlflow.data, context =
         the evaluation label): the UI's Dataset column shows what each run was evaluated on, and
-        runs evaluated on the same rows share the dataset's digest."""
+        runs evaluated on the same rows share the dataset's digest. Built here (no store needed),
+        sent through the spool as any other call: kept while the store is away."""
         import warnings
 
         import mlflow.data
         import pandas as pd
-        from mlflow.entities import DatasetInput, InputTag
 
         task = result.task or self.env_name
         rows = result.input_rows()
@@ -289,16 +323,9 @@ class MlflowTracker(Tracker):
             warnings.filterwarnings("ignore", message="The specified dataset source")
             warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
             dataset = mlflow.data.from_pandas(pd.DataFrame(rows), source=str(source), name=f"{task}-eval")
-            entry = DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", label)])
-        for attempt in range(3):
-            try:
-                with_retry(self.client.log_inputs, self.run_id, datasets=[entry])
-                return
-            except Exception as ex:
-                # two jobs of a sweep evaluated on the same rows log them at once: MLflow's get-or-
-                # create of the dataset races, and the loser's insert fails; a retry finds the row
-                if "unique constraint failed" not in str(ex).lower() or attempt == 2:
-                    raise
+            entity = dataset._to_mlflow_entity()
+        fields = ("name", "digest", "source_type", "source", "schema", "profile")
+        self._write("inputs", dataset={f: getattr(entity, f) for f in fields}, context=label)
 
     def completions_callback(self) -> Any:
         n = int(self.tracking.log_completions)
@@ -309,13 +336,15 @@ class MlflowTracker(Tracker):
         return completions_callback(self.log_completions, n)
 
     def log_completions(self, table: Mapping[str, list[Any]], step: int) -> None:
-        """Append a logging step's rows to the run's completions table (train/completions.json). A
-        resumed run skips the steps its MLflow run already has (redone after the checkpoint)."""
-        from grpo.tracking.completions import TABLE_FILE
+        """Append a logging step's rows to the run's completions table (train/completions.json), and
+        write them as the step's readable page (train/completions/step-<step>.html). A resumed run
+        skips the steps its MLflow run already has (redone after the checkpoint)."""
+        from grpo.tracking.completions import TABLE_FILE, completions_page, page_file
 
         if self.resumed and step <= self._logged.get(f"{TRAIN_PREFIX}reward", -1):
             return
         self._write("table", data=dict(table), artifact_file=TABLE_FILE)
+        self._write("text", text=completions_page(table, step), artifact_file=page_file(step))
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or a directory (its contents) as artifacts of the run."""
@@ -336,6 +365,8 @@ class MlflowTracker(Tracker):
         under tracking.register_as."""
         from grpo.tracking.models import log_policy
 
+        if self._store_away("the policy"):
+            return
         register_as = self.tracking.register_as
         info = log_policy(
             self.uri, self.experiment_id, self.run_id, model, tokenizer, model_path, self.run_dir, register_as
@@ -347,6 +378,8 @@ class MlflowTracker(Tracker):
         <tracking.register_as>-reward-model."""
         from grpo.tracking.models import REWARD_MODEL_SUFFIX, log_reward_model
 
+        if self._store_away("the reward model"):
+            return
         register_as = self.tracking.register_as
         info = log_reward_model(self.uri, self.experiment_id, self.run_id, Path(rm_dir), register_as)
         name = f"{register_as}{REWARD_MODEL_SUFFIX}" if register_as else None
@@ -432,6 +465,15 @@ class MlflowTracker(Tracker):
 
     # ---- helpers ---------------------------------------------------------------------------------
 
+    def _store_away(self, what: str) -> bool:
+        """Whether the store is away (calls are kept): a model is not kept in the spool (MLflow
+        logs it through its own calls), so one line says `what` is not logged and where it is."""
+        if not self.spool.pending:
+            return False
+        print(f"mlflow: {what} is not logged as an MLflow model: the tracking store is unreachable "
+              f"(its files are in {self.run_dir})")  # fmt: skip
+        return True
+
     def _last_logged_steps(self, run: Any) -> dict[str, int]:
         """Per metric of a run being resumed, the last step it has a value for."""
         return {
@@ -479,14 +521,15 @@ class MlflowTracker(Tracker):
         return str(recorded["run_id"])
 
     def _run_name(self, job: JobInfo | None, sweep: SweepInfo | None) -> str:
+        """tracking.run_name, else what ran, on what, and the overrides that tell it apart (a sweep
+        job: those that vary between its jobs); see grpo.tracking.params.run_name."""
         if self.tracking.run_name:
             return self.tracking.run_name
-        if job is None:
-            return self.run_dir.name
-        if sweep is not None:
-            varied = P.varied_overrides(job.overrides, sweep.overrides)
-            return (",".join(varied) or f"job {job.job_num}")[: P.MAX_KEY_LENGTH]
-        return (" ".join(job.overrides) or self.run_dir.name)[: P.MAX_KEY_LENGTH]
+        overrides, limit = (job.overrides if job is not None else []), P.MAX_RUN_NAME
+        if sweep is not None and job is not None:
+            overrides = P.varied_overrides(job.overrides, sweep.overrides) or [f"job={job.job_num}"]
+            limit = P.MAX_KEY_LENGTH  # all that tells the job from its siblings
+        return P.run_name(self.stages, self.env_name, self.language, overrides, limit)
 
     def _start_tags(self, job: JobInfo | None, sweep: SweepInfo | None) -> dict[str, str]:
         tags = {

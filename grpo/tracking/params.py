@@ -95,6 +95,71 @@ def varied_overrides(job_overrides: Sequence[str], sweep_overrides: Sequence[str
     return [o for o in job_overrides if _canonical(o) not in shared]
 
 
+# a run name: about what the UI's run-name column shows at its default width, and then some
+MAX_RUN_NAME = 60
+# overrides a run name leaves out: its first words say them (stages, env, language), or they are
+# about where the run is logged, not what it is
+_NAME_SKIPPED = ("env", "stages", "language", "output_root", "resume")
+_NAME_SKIPPED_GROUPS = ("tracking.", "hydra.", "hydra/")
+# keys said shorter in a run name (after the dotted prefix goes: trainer.max_steps -> steps)
+_NAME_ALIASES = {
+    "max_steps": "steps",
+    "num_examples": "examples",
+    "rollouts_per_example": "rollouts",
+    "experiment": "exp",
+}
+# a preset: said after the overrides it is the context of
+_NAME_LAST = ("experiment",)
+
+
+def run_name(
+    stages: Sequence[str], env: str, language: str, overrides: Sequence[str], limit: int = MAX_RUN_NAME
+) -> str:
+    """A run's name in the runs table, what tells it from its neighbours first: what ran (the
+    stages but evaluations, or `eval`), on what (env, language), then the overrides that are not
+    already said, by their last key part (`train alphabet_sort sv · lr=1e-5 steps=200`); a path
+    value by its last part (`model.path=<run>/checkpoints/checkpoint-120` -> `checkpoint-120`).
+    At most `limit` characters (the whole command line is the tag grpo.overrides; a sweep job's
+    name is given room for all it varies)."""
+    trained = [s for s in dict.fromkeys(stages) if s != "eval"]
+    head = " ".join(part for part in ("+".join(trained) or "eval", env, language) if part)
+    shown: dict[str, str] = {}
+    last: dict[str, str] = {}
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        key = key.lstrip("+~")
+        if not sep or key in _NAME_SKIPPED or key.startswith(_NAME_SKIPPED_GROUPS):
+            continue
+        (last if key in _NAME_LAST else shown)[key] = _short_value(key, value)
+    given = {**shown, **last}
+    parts = [
+        value if full == "model.path" else f"{_NAME_ALIASES.get(key, key)}={value}"  # the model: its name
+        for full, (key, value) in zip(given, short_keys(given).items(), strict=True)
+    ]
+    name = f"{head} · {' '.join(parts)}" if parts else head
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _short_value(key: str, value: str) -> str:
+    """A path by its last part (and the one before, when the last is a time like 06-55-07)."""
+    if "/" not in value or value.startswith(("[", "{")):
+        return value
+    parts = [p for p in value.rstrip("/").split("/") if p]
+    if len(parts) > 1 and not any(c.isalpha() for c in parts[-1]):
+        return "/".join(parts[-2:])
+    return parts[-1] if parts else value
+
+
+def short_keys(swept: Mapping[str, str]) -> dict[str, str]:
+    """Each key by its last part (optimizer.lr -> lr) where that stays unambiguous among `swept`:
+    the UI's run-name column shows about 40 characters, and the full keys are in params and tags."""
+    leaves = [key.rsplit(".", 1)[-1] for key in swept]
+    return {
+        (leaf if leaves.count(leaf) == 1 else key): value
+        for key, leaf, value in zip(swept, leaves, swept.values(), strict=True)
+    }
+
+
 def _canonical(override: str) -> tuple[str, str] | str:
     """An override as Hydra parses it, (key with its +/~ prefix, value): a sweep's `x=false` and
     its job's `x=False` are one override. Unparsable text stays as it is."""

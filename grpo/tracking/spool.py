@@ -4,8 +4,8 @@
     spool.write(client, run_id, "metrics", metrics=[[key, value, timestamp_ms, step], ...])
     spool.close(client, run_id)     # at the end of the run: one last try, then say what is left
 
-Every write of the MLflow tracker (metrics, params, tags, texts, artifacts, tables, the run's
-status) goes through `write`. While the store answers, the call is sent at once (MLflow's client
+Every write of the MLflow tracker (metrics, params, tags, texts, artifacts, tables, dataset inputs,
+the run's status) goes through `write`. While the store answers, the call is sent at once (MLflow's client
 retries a request a few times; grpo sets MLFLOW_HTTP_REQUEST_MAX_RETRIES / _BACKOFF_FACTOR low,
 grpo/tracking/store.py, so a dead server costs a few seconds, not MLflow's default four minutes).
 When it does not answer (connection refused or timed out, a 5xx, a SQLite file locked past the
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import time
 from collections.abc import Mapping
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo.files import write_text_atomic
+from grpo.run.interrupt import signals_held
 from grpo.run.layout import RunLayout
 
 log = logging.getLogger(__name__)
@@ -115,6 +117,8 @@ def send(client: Any, run_id: str, op: str, args: Mapping[str, Any]) -> None:
             client.log_artifact(run_id, str(path), args.get("artifact_path"))
     elif op == "table":
         client.log_table(run_id, data=dict(args["data"]), artifact_file=args["artifact_file"])
+    elif op == "inputs":
+        _send_input(client, run_id, args)
     elif op == "status":
         if args["status"] == "RUNNING":
             client.update_run(run_id, status="RUNNING")
@@ -122,6 +126,22 @@ def send(client: Any, run_id: str, op: str, args: Mapping[str, Any]) -> None:
             client.set_terminated(run_id, status=args["status"], end_time=args.get("end_time"))
     else:
         raise ValueError(f"unknown tracking call {op!r} in the spool")
+
+
+def _send_input(client: Any, run_id: str, args: Mapping[str, Any]) -> None:
+    """A dataset input (the fields of an mlflow.entities.Dataset, and its context tag)."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    entry = DatasetInput(Dataset(**args["dataset"]), tags=[InputTag("mlflow.data.context", args["context"])])
+    for attempt in range(3):
+        try:
+            client.log_inputs(run_id, datasets=[entry])
+            return
+        except Exception as ex:
+            # two jobs of a sweep evaluated on the same rows log them at once: MLflow's get-or-
+            # create of the dataset races, and the loser's insert fails; a retry finds the row
+            if "unique constraint failed" not in str(ex).lower() or attempt == 2:
+                raise
 
 
 class Spool:
@@ -215,19 +235,23 @@ class Spool:
         their order is kept too). Raises only for a call the store refuses."""
         run_id = run_id or self.run_id
         if self._kept:
-            self._keep(op, args)
+            with signals_held():
+                self._keep(op, args)
             if time.monotonic() - self._last_try >= self.probe_s:
                 self.replay(client, run_id)
             return
         from grpo.tracking.store import retry_for
 
-        try:
-            retry_for(WRITE_BUDGET_S, send, client, run_id, op, args)
-        except Exception as ex:
-            if not unreachable(ex):
-                raise
-            self._went_away(ex)
-            self._keep(op, args)
+        # a Ctrl-C inside the write waits for it: a transaction cut in half could leave the
+        # store locked for the writes that close the run
+        with signals_held():
+            try:
+                retry_for(WRITE_BUDGET_S, send, client, run_id, op, args)
+            except Exception as ex:
+                if not unreachable(ex):
+                    raise
+                self._went_away(ex)
+                self._keep(op, args)
 
     def replay(self, client: Any, run_id: str | None) -> int:
         """Send the kept calls, oldest first, until one fails; the number sent. The first time
@@ -250,22 +274,26 @@ class Spool:
         self._total = len(calls)
         sent = dropped = 0
         for index in range(done, len(calls)):
-            try:
-                if calls[index]["op"] == "create_run":
-                    run_id = self._create_run(client, calls[index]["args"])
-                else:
-                    send(client, run_id, calls[index]["op"], calls[index]["args"])
-                sent += 1
-            except Exception as ex:
-                if unreachable(ex):
-                    if self.away_since is None and self.in_run:
-                        self._went_away(ex)
-                    self._kept = len(calls) - index
-                    return sent
-                # a call the store refuses would block every later one: say so, skip it
-                log.warning("MLflow: a kept %s call was refused and is dropped: %s", calls[index]["op"], ex)
-                dropped += 1
-            write_text_atomic(self.dir / SENT_FILE, str(index + 1))
+            # held: a call sent but not yet counted in `sent` would be sent again
+            with signals_held():
+                try:
+                    if calls[index]["op"] == "create_run":
+                        run_id = self._create_run(client, calls[index]["args"])
+                    else:
+                        send(client, run_id, calls[index]["op"], calls[index]["args"])
+                    sent += 1
+                except Exception as ex:
+                    if unreachable(ex):
+                        if self.away_since is None and self.in_run:
+                            self._went_away(ex)
+                        self._kept = len(calls) - index
+                        return sent
+                    # a call the store refuses would block every later one: say so, skip it
+                    log.warning(
+                        "MLflow: a kept %s call was refused and is dropped: %s", calls[index]["op"], ex
+                    )
+                    dropped += 1
+                write_text_atomic(self.dir / SENT_FILE, str(index + 1))
         self._kept = 0
         if self.away_since is not None:
             away = time.monotonic() - self.away_since
@@ -321,11 +349,38 @@ class Spool:
     def _went_away(self, ex: BaseException) -> None:
         self.away_since = time.monotonic()
         self._last_try = self.away_since
-        reason = " ".join(str(ex).split())[:200]
         log.warning(
-            "MLflow: the tracking store %s is unreachable (%s); training goes on and the run's tracking "
-            "calls are kept in %s until it answers",
+            "MLflow: the tracking store %s is unreachable (%s); the run goes on and its tracking calls "
+            "are kept in %s until it answers",
             self.uri,
-            reason,
+            plain_reason(ex),
             self.dir / CALLS_FILE,
         )
+
+
+# what a store error says, in a few plain words (MLflow's own text repeats the URL and urllib3's
+# retry chatter)
+_REASONS = (
+    ("connection refused", "connection refused"),
+    ("timed out", "timed out"),
+    ("name or service not known", "unknown host"),
+    ("nodename nor servname", "unknown host"),
+    ("temporary failure in name resolution", "unknown host"),
+    ("remote end closed connection", "the server closed the connection"),
+    ("connection aborted", "the connection was aborted"),
+    ("database is locked", "database is locked"),
+    ("database is busy", "database is busy"),
+    ("unable to open database file", "cannot open the database file"),
+)
+
+
+def plain_reason(ex: BaseException) -> str:
+    """Why the store is unreachable, in a few words ("connection refused", "database is
+    locked"), else the error's first 160 characters on one line."""
+    text = " ".join(str(ex).split())
+    lowered = text.lower()
+    for sign, words in _REASONS:
+        if sign in lowered:
+            return words
+    status = re.search(r"error code (5\d\d)", lowered)
+    return f"the server answers HTTP {status[1]}" if status else text[:160]

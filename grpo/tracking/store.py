@@ -11,6 +11,7 @@ mlflow is imported inside functions only; `resolve_*` helpers stay light.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import random
@@ -43,6 +44,21 @@ MODEL_TRAINING_KIND = "custom_model_development"
 UI_QUERY = "?workflowType=machine_learning"
 # where `mlflow ui` serves by default
 LOCAL_UI = "http://127.0.0.1:5000"
+# the runs-table view grpo's links open, with the key metric columns shown: an MLflow saved view
+# (the experiment tag mlflow.sharedViewState.<key>, what the UI's Views > Save view writes; listed
+# in its Views menu, opened by the URL query viewStateShareKey=<key>); the UI has no setting for
+# an experiment's default columns
+VIEW_KEY = "grpo"
+VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
+VIEW_NAME = "grpo: rewards"
+# the run's objective (its last evaluation's mean reward), the evaluations before and after
+# training and their paired gain, the training reward (last logged step)
+KEY_METRICS = ("objective", "eval/gain", "eval/baseline/mean", "eval/final/mean", "train/reward")
+# the attribute columns of MLflow's default kept (its UI's names; Source and Models say nothing
+# here: every run's source is python -m grpo), shown after the metrics
+_SHOWN_ATTRIBUTES = ("Dataset",)
+# the run-name column's width (px) in the view: room for about 50 characters of a name
+RUN_NAME_WIDTH = 380
 
 
 def quiet_mlflow() -> None:
@@ -123,11 +139,18 @@ def experiment_name(tracking: TrackingConfig, env: Mapping[str, Any] | None) -> 
     """tracking.experiment, else one experiment per environment (`env`: the env group)."""
     if tracking.experiment:
         return tracking.experiment
+    name = env_name(env)
+    return f"grpo-{name}" if name else "grpo"
+
+
+def env_name(env: Any) -> str:
+    """An env config's name ("" when it has none); an env named by an id (verifiers:
+    org/my-env@1.0) by the id's name, my-env."""
     env = env or {}
     name = env.get("name")
-    if not name and env.get("id"):  # an env named by an id (verifiers: org/my-env@1.0 -> my-env)
+    if not name and env.get("id"):
         name = str(env["id"]).rsplit("/", 1)[-1].split("@", 1)[0]
-    return f"grpo-{name}" if name else "grpo"
+    return str(name or "")
 
 
 def artifact_location(tracking: TrackingConfig, uri: str, experiment: str) -> str | None:
@@ -239,7 +262,7 @@ def get_or_create_experiment(client: MlflowClient, name: str, location: str | No
     experiment = with_retry(client.get_experiment_by_name, name)
     if experiment is None:
         try:
-            return with_retry(
+            with_retry(
                 client.create_experiment,
                 name,
                 artifact_location=location,
@@ -252,15 +275,42 @@ def get_or_create_experiment(client: MlflowClient, name: str, location: str | No
                 and getattr(ex, "error_code", "") != "RESOURCE_ALREADY_EXISTS"
             ):
                 raise
-            experiment = with_retry(client.get_experiment_by_name, name)
-            assert experiment is not None
+        experiment = with_retry(client.get_experiment_by_name, name)
+        assert experiment is not None
     if experiment.lifecycle_stage == "deleted":
         with_retry(client.restore_experiment, experiment.experiment_id)
     if EXPERIMENT_KIND_TAG not in experiment.tags:  # made before grpo set it; a user's choice stays
         with_retry(
             client.set_experiment_tag, experiment.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
         )
+    if _saved_state(experiment.tags.get(VIEW_TAG)) != runs_view_state():
+        now = int(time.time() * 1000)
+        view = json.dumps({"name": VIEW_NAME, "createdAt": now, "updatedAt": now, "state": runs_view_state()})
+        with_retry(client.set_experiment_tag, experiment.experiment_id, VIEW_TAG, view)
     return experiment.experiment_id
+
+
+def runs_view_state() -> str:
+    """The runs-table state of grpo's saved view (the UI's own state keys): the run name wide,
+    then KEY_METRICS, then MLflow's Dataset and Duration columns; newest runs first."""
+    name, metrics = "attributes.`Run Name`", [f"metrics.`{key}`" for key in KEY_METRICS]
+    attributes = [f"attributes.`{a}`" for a in _SHOWN_ATTRIBUTES]
+    state = {
+        "selectedColumns": [*attributes, *metrics],
+        "columnOrder": [name, "attributes.`Created`", *metrics, *attributes, "attributes.`Duration`"],
+        "columnWidths": {name: RUN_NAME_WIDTH},
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+    }
+    return json.dumps(state)
+
+
+def _saved_state(tag: str | None) -> str | None:
+    """The state a saved-view tag holds (None when there is none, or not in MLflow's envelope)."""
+    try:
+        return json.loads(tag or "")["state"]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def ui_base(uri: str, ui_url: str | None = None) -> str:
@@ -272,8 +322,9 @@ def ui_base(uri: str, ui_url: str | None = None) -> str:
 
 
 def experiment_url(uri: str, experiment_id: str, ui_url: str | None = None) -> str:
-    """The UI page of an experiment's runs table (opened on Model training, not GenAI)."""
-    return f"{ui_base(uri, ui_url)}/#/experiments/{experiment_id}{UI_QUERY}"
+    """The UI page of an experiment's runs table (opened on Model training, not GenAI), in grpo's
+    saved view (its key metric columns)."""
+    return f"{ui_base(uri, ui_url)}/#/experiments/{experiment_id}/runs{UI_QUERY}&viewStateShareKey={VIEW_KEY}"
 
 
 def run_url(uri: str, experiment_id: str, run_id: str, ui_url: str | None = None) -> str:

@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo.config import GrpoConfig, to_settings
 from grpo.tracking import params as P
 from grpo.tracking.hydra_job import SweepInfo
+from grpo.tracking.params import short_keys
 from grpo.tracking.sweep_comparison import child_runs, summarize_sweep
 
 log = logging.getLogger(__name__)
@@ -270,13 +271,3 @@ def sweep_run_name(config: DictConfig, overrides: list[str], sweep_id: str) -> s
     swept = search_space(config, overrides)
     parts += [f"{k}={v}" for k, v in short_keys(swept).items()] if swept else [sweep_id]
     return " ".join(parts)[: P.MAX_KEY_LENGTH]
-
-
-def short_keys(swept: dict[str, str]) -> dict[str, str]:
-    """Each swept key by its last part (optimizer.lr -> lr) where that stays unambiguous: the UI's
-    run-name column shows about 40 characters, and the full keys are the parent's params."""
-    leaves = [key.rsplit(".", 1)[-1] for key in swept]
-    return {
-        (leaf if leaves.count(leaf) == 1 else key): value
-        for key, leaf, value in zip(swept, leaves, swept.values(), strict=True)
-    }

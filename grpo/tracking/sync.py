@@ -16,7 +16,7 @@ from pathlib import Path
 
 from grpo.errors import UserError
 from grpo.run.layout import RunLayout
-from grpo.tracking.spool import STORE_FILE, Spool
+from grpo.tracking.spool import STORE_FILE, Spool, plain_reason
 
 
 def sync(run_dir: str | Path) -> int:
@@ -44,8 +44,8 @@ def sync(run_dir: str | Path) -> int:
     try:
         client = make_client(uri)
     except Exception as ex:  # noqa: BLE001 - the store being away is this command's normal failure
-        print(f"sync: the tracking store {uri} is unreachable ({' '.join(str(ex).split())[:200]}); "
-              f"{before} call(s) stay kept", file=sys.stderr)  # fmt: skip
+        print(f"sync: the tracking store {uri} is unreachable ({plain_reason(ex)}); {before} call(s) stay kept",
+              file=sys.stderr)  # fmt: skip
         return before
     spool.in_run = False  # this command says what it did in its own line
     sent = spool.replay(client, run_id)

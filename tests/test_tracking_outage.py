@@ -293,12 +293,12 @@ def test_a_locked_sqlite_store_keeps_the_calls_until_it_is_free(
 def test_an_evaluation_with_its_server_away_says_so_once_and_its_dataset_input_arrives_later(tmp_path):
     """A real `python -m grpo` evaluation whose tracking server is not there: the outage is one
     plain line (no store error text for the dataset input: it is kept like every other call), and
-    the sync sends the run, its metrics and its dataset input once the server is up."""
+    the sync sends the run, its name, metrics and dataset input once the server is up."""
     server = MlflowServer(tmp_path / "server")  # its port is closed until started
     run_dir = tmp_path / "run"
-    args = ["+env=alphabet_sort", "stages=[eval]", "eval.num_examples=2", "eval.rollouts_per_example=1",
-            "generation.max_tokens_per_turn=8", "tracking=mlflow", f"tracking.uri={server.url}",
-            "tracking.system_metrics=false", f"hydra.run.dir={run_dir}"]  # fmt: skip
+    args = ["+env=alphabet_sort", "stages=[eval]", "language=sv", "eval.num_examples=2",
+            "eval.rollouts_per_example=1", "generation.max_tokens_per_turn=8", "tracking=mlflow",
+            f"tracking.uri={server.url}", "tracking.system_metrics=false", f"hydra.run.dir={run_dir}"]  # fmt: skip
     env = process_env(tmp_path)
     proc = run_grpo(args, root=tmp_path, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -324,6 +324,10 @@ def test_an_evaluation_with_its_server_away_says_so_once_and_its_dataset_input_a
         )
         assert run.info.status == "FINISHED"
         assert "eval/eval/mean" in run.data.metrics
+        # named by what ran, on what, and its overrides (a run created from the spool, too); the
+        # whole command line but hydra.* is a tag
+        assert run.info.run_name.startswith("eval alphabet_sort sv · examples=2 rollouts=1 max_tokens")
+        assert run.data.tags["grpo.overrides"] == " ".join(args[:-1])
         (dataset_input,) = run.inputs.dataset_inputs
         assert dataset_input.dataset.name == "alphabet_sort-eval"
         assert {t.key: t.value for t in dataset_input.tags} == {"mlflow.data.context": "eval"}

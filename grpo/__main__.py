@@ -8,7 +8,8 @@ saves the settings as its own .hydra/config.yaml. With model.path=<a run folder>
 its final or best checkpoint once (grpo/run/trained.py) and the run says which in one line. A start
 refused after Hydra made the run folder (exit 2) removes that folder when it holds only .hydra/ and
 the log. Ctrl-C / SIGTERM stop at a step boundary with a checkpoint and one line saying how to
-resume (grpo/run/interrupt.py); the exit code is 130 / 143.
+resume (grpo/run/interrupt.py); the exit code is 130 / 143. A generator apart from the trainer that
+fails mid-run (generation ahead of training) stops it the same way, with its own line and exit 3.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo.cli.preflight import Checked, exit_on_user_error, preflight
 from grpo.compose import register_options_resolver, run_config
 from grpo.config import register_schema, to_settings
-from grpo.errors import EXIT_USER_ERROR
+from grpo.errors import EXIT_USER_ERROR, GeneratorFailed
 from grpo.files import register_resolvers, release_claimed_dir
 from grpo.run.distributed import (
     adopt_submitit_tasks,
@@ -86,6 +87,14 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             if is_main():  # one line per run, not per process
                 # after a newline: a progress bar may hold the current line
                 print("\n" + interrupted_line(ex, run_dir, overrides, plan), file=sys.stderr)
+            sys.exit(ex.exit_code)
+        except GeneratorFailed as ex:
+            # the generator apart from the trainer failed: its line, then where to go on from
+            print(
+                f"\n{ex}; "
+                + interrupted_line(ex, run_dir, overrides, plan).replace("interrupted", "stopped", 1),
+                file=sys.stderr,
+            )
             sys.exit(ex.exit_code)
         finally:
             close_group()  # several processes: no abort at exit

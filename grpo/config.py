@@ -495,7 +495,9 @@ class GenerationConfig:
     # the tokens added since (the env's reply), not the whole conversation again. Used when one
     # generate() call holds every active conversation (batch_size null, no lockstep)
     reuse_kv_cache: bool = True
-    # openai / vllm_server endpoint, e.g. http://127.0.0.1:8000/v1 (vllm_server: overrides host/port)
+    # openai / vllm_server endpoint, e.g. http://127.0.0.1:8000/v1 (vllm_server: overrides host/port);
+    # hf with num_batches_ahead > 0: a running `python -m grpo.serve` to generate on (its root URL,
+    # http://HOST:PORT), instead of the generator process the run starts itself
     base_url: str | None = None
     # openai: the served model name (required there)
     model: str | None = None
@@ -503,8 +505,8 @@ class GenerationConfig:
     api_key_var: str | None = None
     # openai: requests in flight at once (every conversation of a turn is sent together)
     max_concurrency: int = 32
-    # openai: seconds one request may take before it is retried / fails; vllm_server: seconds to
-    # wait for the server to come up
+    # openai: seconds one request may take before it is retried / fails; vllm_server and the
+    # generator of num_batches_ahead > 0: seconds to wait for the server to come up
     timeout_s: float = 120.0
     # openai: retries on connection errors, timeouts, HTTP 429 and 5xx, with exponential backoff
     max_retries: int = 3
@@ -520,6 +522,25 @@ class GenerationConfig:
     # backend extras: openai sends them in every request body (e.g. top_k for a vLLM server);
     # vllm_colocate reads max_model_length, tensor_parallel_size
     extra: dict[str, Any] = field(default_factory=dict)
+    # ---- generation apart from training (the train stage; the Environments Hub recipe's names) ----
+    # generation batches made ahead of training: 0 = synchronous (each step generates its own
+    # rollouts in the trainer, then trains on them); 1 = the rollouts of step k+1 are generated while
+    # step k trains, on a generator process apart from the trainer (hf: grpo's policy server, started
+    # by the run or at base_url; vllm_server: the vLLM server), with the generator's sampling
+    # logprobs correcting the loss for the lag (truncated importance sampling)
+    num_batches_ahead: int = 0
+    # episodes in flight at once on the generator: a batch's episodes go to it in chunks of this many
+    max_concurrent: int = 1024
+    # seconds the trainer waits for a generation batch; past it: one line, a checkpoint, exit code 3
+    async_generation_timeout: float = 300.0
+    # optimizer steps between two pushes of the trainer's weights to the generator
+    weight_sync_steps: int = 1
+    # a batch generated with weights older than this many optimizer steps is dropped (async/dropped)
+    # and generated again with the current weights; must be >= num_batches_ahead
+    max_off_policy_steps: int = 4
+    # CPU threads of the generator process the run starts (generation=hf, no base_url); the trainer
+    # keeps the machine's other cores. null = half the cores (at least one each)
+    generator_threads: int | None = None
 
 
 @dataclass
@@ -604,6 +625,11 @@ class ServeConfig:
     max_batch: int = 32
     max_pending: int = 256
     batch_window_ms: float = 5.0
+    # torch CPU threads of the server (null: torch's default, every core)
+    threads: int | None = None
+    # the server exits when the process with this pid is gone (a training run's generator never
+    # outlives its trainer); null = it runs until Ctrl-C / SIGTERM
+    parent_pid: int | None = None
 
 
 @dataclass

@@ -38,6 +38,8 @@ import vf_grpo_sortera as sortera  # noqa: E402
 
 ENV_ID = "vf-grpo-sortera"
 BASE = ["+env=verifiers", f"env.id={ENV_ID}", "language=sv", "model=tiny", "env.args={num_tasks: 4}"]
+# a taskset whose rows carry no prompt: its scripted user opens every episode (Spanish)
+ORDENAR = ["+env=verifiers", "env.id=vf-grpo-ordenar", "language=es", "model=tiny"]
 
 
 def env_of(*overrides: str) -> VerifiersV1Env:
@@ -58,10 +60,12 @@ def perfect_reply(messages: list[dict]) -> str:
 
 
 class ScriptedEndpoint:
-    """An OpenAI-compatible /v1/chat/completions that answers every sortera turn perfectly."""
+    """An OpenAI-compatible /v1/chat/completions that answers every turn with `reply(messages)`
+    (default: a perfect sortera answer)."""
 
-    def __init__(self) -> None:
+    def __init__(self, reply=None) -> None:
         self.calls = 0
+        self.reply = reply or perfect_reply
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -71,7 +75,7 @@ class ScriptedEndpoint:
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 owner.calls += 1
-                text = perfect_reply(body["messages"])
+                text = owner.reply(body["messages"])
                 payload = json.dumps(
                     {
                         "id": "x",
@@ -283,3 +287,115 @@ def test_runs_of_an_env_named_by_its_id_land_in_its_own_experiment():
         assert experiment_name(settings.tracking, settings.env) == "grpo-vf-my-env"
     named = load_settings(["+env=verifiers", "env.id=vf-my-env", "env.name=mine"])
     assert experiment_name(named.tracking, named.env) == "grpo-mine"
+
+
+# ---- a taskset whose environment opens the episode (no prompt on the row) -----------------------
+
+
+def perfect_ordenar_reply(messages: list[dict]) -> str:
+    """What a perfect model answers at this point of an ordenar episode (the opening is the first
+    user message: the row had none)."""
+    names = re.search(r"Ordena estos nombres: ([^.]*)\.", messages[0]["content"]).group(1).split(", ")
+    extra = re.match(r"Añade (.*) y vuelve", messages[-1]["content"])
+    if extra:
+        names += extra.group(1).split(" y ")
+    return "<lista>" + ", ".join(sorted(names, key=str.casefold)) + "</lista>"
+
+
+@pytest.mark.parametrize("turns", [1, 2])
+def test_a_taskset_that_opens_its_episodes_itself_evaluates(turns):
+    settings = load_settings([*ORDENAR, f"env.args={{num_tasks: 4, turns: {turns}}}"])
+    env = build_env(settings.env, settings.language)
+    rows = env.rows("eval")
+    assert [r.prompt for r in rows] == [[]] * 4  # nothing on the row: the env speaks first
+    endpoint = ScriptedEndpoint(perfect_ordenar_reply)
+    try:
+        backend = OpenAIBackend(base_url=endpoint.url, model="scripted", api_key="EMPTY")
+        rollouts = run_rollouts(env, rows, backend, rollouts_per_row=2, sampling=Sampling(temperature=0))
+    finally:
+        endpoint.close()
+    assert endpoint.calls == len(rows) * 2 * turns and env.last_errors == []
+    for r in rollouts:
+        # the episode's first message is the env's opening, then the model's answer (and so on)
+        assert [m["role"] for m in r.completion] == ["user", "assistant"] * turns
+        assert r.completion[0]["content"].startswith("Hola. Ordena estos nombres: ")
+        scores = env.score(r.row, r.completion, r.state)
+        assert scores == {"ordenado": 1.0, "formato": 1.0}
+
+
+def _ordenar_trainer(tmp_path, *extra):
+    from grpo.train.trainer import build_trainer
+
+    settings = load_settings(
+        [
+            *ORDENAR,
+            "model=small_alphabet_sort",
+            "stages=[train]",
+            "trainer.num_generations=4",
+            "trainer.per_device_batch_completions=8",
+            "trainer.max_steps=2",
+            "trainer.save_steps=1000",
+            "trainer.beta=0",
+            "trainer.max_completion_length=192",
+            "generation.max_tokens_per_turn=48",
+            *extra,
+        ]
+    )
+    env = build_env(settings.env, settings.language)
+    return env, build_trainer(settings, env, tmp_path)
+
+
+def _check_opening_is_the_prompt(bundle, turns: int) -> None:
+    """Each rollout's prompt_ids (what the loss conditions on) are the episode's opening: the
+    rendered first user turn, up to the model's first token; every model turn is in the mask."""
+    tokenizer = bundle.tokenizer
+    rollouts = bundle.rollout.last_rollouts
+    assert len(rollouts) == 8
+    for r in rollouts:
+        opening = r.completion[0]
+        assert opening["role"] == "user" and opening["content"].startswith("Hola. Ordena estos nombres: ")
+        assert opening["content"] in tokenizer.decode(r.prompt_ids)
+        assert r.env_mask[0] == 1  # the completion starts with the model's first token
+        assert tokenizer.decode([t for t, m in zip(r.completion_ids, r.env_mask, strict=True) if m]).strip()
+        assert 1 <= r.num_turns <= turns
+    assert any(r.num_turns == turns for r in rollouts)
+    # TRL was handed a stand-in prompt per row, one each (rows are told apart, never rotated)
+    assert bundle.rollout.index.ambiguous == 0
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.parametrize("turns", [1, 2])
+def test_a_taskset_that_opens_its_episodes_itself_trains_on_its_first_user_turn(tmp_path, turns):
+    env, bundle = _ordenar_trainer(tmp_path, f"env.args={{num_tasks: 8, turns: {turns}}}")
+    bundle.trainer.train()
+    assert bundle.trainer.state.global_step == 2 and env.last_errors == []
+    _check_opening_is_the_prompt(bundle, turns)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_taskset_that_opens_its_episodes_itself_trains_one_batch_ahead(tmp_path):
+    from grpo.trl_adapter.trainer import run_trainer
+
+    env, bundle = _ordenar_trainer(
+        tmp_path,
+        "env.args={num_tasks: 8, turns: 2}",
+        "generation.num_batches_ahead=1",
+        "trainer.logging_steps=1",
+    )
+    try:
+        run_trainer(bundle.trainer, "train")
+    finally:
+        bundle.ahead.close()
+    assert env._server is None  # the episodes called the generator process, not a server in the trainer
+    lags = [e["async/lag"] for e in bundle.trainer.state.log_history if "async/lag" in e]
+    assert lags == [0.0, 1.0]
+    _check_opening_is_the_prompt(bundle, 2)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_training_batch_whose_episodes_all_failed_is_one_line_naming_the_env(tmp_path):
+    env, bundle = _ordenar_trainer(tmp_path, "env.args={num_tasks: 8, turns: 1}", "env.timeout_s=0.001")
+    with pytest.raises(UserError, match=r"env vf-grpo-ordenar: no episode of the training batch has a model token "
+                       r"\(8 episodes\); first failure: .*deadline"):  # fmt: skip
+        bundle.trainer.train()

@@ -1,5 +1,6 @@
 """The settings rules of the generation group: the backend and its own settings (an OpenAI-compatible
-endpoint's URL, model and key; vLLM installed, and a GPU to train with it).
+endpoint's URL, model and key; vLLM installed, and a GPU to train with it), and generation ahead of
+training (num_batches_ahead and the settings of its generator).
 
 Walked by the registry grpo/cli/checks.py; UserError (one line: field, value, fix) on the first
 rule broken. Light: vLLM is looked up, not imported."""
@@ -12,7 +13,7 @@ import os
 
 from grpo.config import GENERATION_BACKENDS, VLLM_MODES, GenerationConfig
 from grpo.errors import reject
-from grpo.run.distributed import has_cuda_gpu
+from grpo.run.distributed import has_cuda_gpu, world_size
 
 
 def check_generation(g: GenerationConfig, stages: list[str]) -> None:
@@ -32,6 +33,8 @@ def check_generation(g: GenerationConfig, stages: list[str]) -> None:
         _openai(g, stages)
     elif g.backend in VLLM_MODES:
         _vllm(g, stages)
+    if g.num_batches_ahead:
+        _ahead(g, stages)
 
 
 def _openai(g: GenerationConfig, stages: list[str]) -> None:
@@ -68,3 +71,46 @@ def _vllm(g: GenerationConfig, stages: list[str]) -> None:
     if "train" in stages and not has_cuda_gpu():
         # colocate runs vLLM on this GPU; server mode pushes the weights to the server over NCCL
         reject(f"generation={g.backend} needs a CUDA GPU for training: use generation=hf on CPU")
+
+
+def _ahead(g: GenerationConfig, stages: list[str]) -> None:
+    """Generation ahead of training: a generator apart from the one training process."""
+    n = g.num_batches_ahead
+    if n < 0:
+        reject(
+            f"generation.num_batches_ahead={n} must be an integer >= 0 (0: synchronous, 1: one batch ahead)"
+        )
+    if g.backend not in ("hf", "vllm_server"):
+        reject(
+            f"generation.num_batches_ahead={n} needs a generator apart from the trainer: generation=hf (grpo's "
+            f"policy server) or generation=vllm_server, not generation={g.backend}"
+        )
+    if "train" in stages and world_size() > 1:
+        reject(
+            f"generation.num_batches_ahead={n} trains in one process beside its generator; launch without "
+            "torchrun / accelerate, or set generation.num_batches_ahead=0"
+        )
+    if g.max_concurrent < 1:
+        reject(f"generation.max_concurrent={g.max_concurrent} must be an integer >= 1 (episodes in flight)")
+    if g.weight_sync_steps < 1:
+        reject(
+            f"generation.weight_sync_steps={g.weight_sync_steps} must be an integer >= 1 (optimizer steps)"
+        )
+    if g.max_off_policy_steps < n:
+        reject(
+            f"generation.max_off_policy_steps={g.max_off_policy_steps} is below generation.num_batches_ahead={n}: "
+            f"every batch would be {n} step(s) old and dropped; set it to {n} or more"
+        )
+    if not math.isfinite(g.async_generation_timeout) or g.async_generation_timeout <= 0:
+        reject(
+            f"generation.async_generation_timeout={g.async_generation_timeout} must be a number of seconds > 0"
+        )
+    if not math.isfinite(g.timeout_s) or g.timeout_s <= 0:
+        reject(f"generation.timeout_s={g.timeout_s} must be a number of seconds > 0")
+    if g.generator_threads is not None and g.generator_threads < 1:
+        reject(f"generation.generator_threads={g.generator_threads} must be >= 1 or null (half the cores)")
+    if g.backend == "hf" and g.base_url and not str(g.base_url).startswith(("http://", "https://")):
+        reject(
+            f"generation.base_url={g.base_url!r} must be the http(s) root URL of a running python -m grpo.serve, "
+            "e.g. http://127.0.0.1:8000 (or null: the run starts its own generator)"
+        )

@@ -215,6 +215,23 @@ def trainer_backend(
     )
 
 
+def thread_backend(
+    engine: VllmEngine, tokenizer: Any, model_cfg: ModelConfig, eos_token_ids: Sequence[int]
+) -> VLLMBackend:
+    """A backend over a GRPOTrainer's vLLM server with a client of its own, for a thread that
+    generates while the trainer trains (generation ahead of training: the trainer's client keeps
+    the weight-sync channel)."""
+    if engine.mode != "server":
+        raise ValueError("generation ahead of training needs a vLLM server, not a colocated engine")
+    client = vllm_server_client(engine.base_url, engine.host, engine.port, engine.timeout)
+    return VLLMBackend(
+        tokenizer,
+        client=client,
+        chat_template_kwargs=model_cfg.chat_template_kwargs,
+        eos_token_ids=eos_token_ids,
+    )
+
+
 def use_trainer_engine(engine: VllmEngine, eos_token_ids: Sequence[int]) -> None:
     """Make later evaluations in this process generate with a trainer's engine (trained weights)."""
     _TRAINER_ENGINE.update(engine=engine, eos=tuple(eos_token_ids))

@@ -7,6 +7,10 @@ trained, or any model preset) on the policy server until Ctrl-C / SIGTERM.
 The model loads as `python -m grpo` loads the policy (model.*, LoRA adapters merged as the
 trainer saved them); generation=hf. The settings are `serve.*` (grpo/config.py ServeConfig).
 A bad override or setting is one line and exit 2; Ctrl-C stops the server and exits 0.
+
+A training run with generation.num_batches_ahead > 0 starts it as its generator
+(grpo/generation/generator.py) with serve.threads (its share of the cores) and serve.parent_pid
+(it stops when the trainer is gone, however the trainer ended).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    if server.parent_pid is not None:
+        threading.Thread(target=_watch_parent, args=(server.parent_pid, stop), daemon=True).start()
     print(
         f"grpo.serve: {server.model_name} on {server.url} — chat: {server.url}/v1/chat/completions, "
         f"tokens: {server.url}/inference/v1/generate; Ctrl-C stops",
@@ -83,6 +89,12 @@ def _start(overrides: list[str]):
         raise UserError(str(ex)) from None
     if not 0 <= int(cfg.port) <= 65535:
         raise UserError(f"serve.port={cfg.port}: expected 0..65535 (0: a free port)")
+    if cfg.threads is not None:
+        import torch
+
+        torch.set_num_threads(_positive("threads", cfg.threads))
+    if cfg.parent_pid is not None and not _alive(int(cfg.parent_pid)):
+        raise UserError(f"serve.parent_pid={cfg.parent_pid}: no such process")
     from grpo.generation import make_backend
     from grpo.serve.server import PolicyServer, is_loopback
 
@@ -92,10 +104,36 @@ def _start(overrides: list[str]):
             "(serve.api_key_var=NAME of an environment variable holding it)"
         )
     backend = make_backend(settings.generation, None, None, settings.model)
+    import torch
+
+    torch.manual_seed(int(settings.seed))  # unseeded requests draw from this stream
     name = cfg.model_name or settings.model.name or "grpo-policy"
-    return PolicyServer(
+    server = PolicyServer(
         backend, model_name=str(name), host=cfg.host, port=int(cfg.port), api_key=key, limits=limits
     ).start()
+    server.parent_pid = None if cfg.parent_pid is None else int(cfg.parent_pid)
+    return server
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _watch_parent(pid: int, stop: threading.Event) -> None:
+    """Stop the server once process `pid` is gone (checked every half second). When `pid` is this
+    server's parent, its exit shows as a new parent (a dead parent not yet reaped still answers
+    a signal check)."""
+    direct = os.getppid() == pid
+    while not stop.wait(0.5):
+        if (os.getppid() != pid) if direct else not _alive(pid):
+            print(f"grpo.serve: process {pid} (the trainer) is gone; stopping", file=sys.stderr, flush=True)
+            stop.set()
 
 
 def _positive(key: str, value: int) -> int:

@@ -14,6 +14,15 @@ the `renderers` package speak it):
 /v1/chat/completions (OpenAI): messages in, the assistant's text out; tools, n > 1 and streaming
 are refused with a 400. `stop` strings cut the text (the tokens generated past them are dropped).
 
+/grpo/v1/generate_batch (a training run's generator: one turn of many conversations, generated
+together as grpo's rollout engine does in-process):
+    in:  {"requests": [{"token_ids": [...], "max_tokens": int, "seed": int?, "stop_token_ids": [...]?,
+          "session": str?}, ...], "sampling_params": {"temperature", "top_p"}}
+    out: {"results": [{"token_ids": [...], "logprobs": [...], "finished": bool}, ...],
+          "weights_version": int (the oldest weights any of them was generated with)}
+/grpo/v1/weights: {"path": a safetensors file the server can read, "version": int} -> 202
+{"accepted_version"}: the server loads it before its next generation (grpo/serve/batcher.py).
+
 Sampling keys this server does not implement (top_k, min_p, penalties, ...) are refused with a 400
 when set to a value that would change the distribution, so a client never gets a silently
 different sampler; neutral values (top_k -1 / 0, min_p 0, penalties 0 or 1) pass.
@@ -319,4 +328,55 @@ def _usage(job: Job) -> dict[str, int]:
         "prompt_tokens": len(job.prompt_ids),
         "completion_tokens": n,
         "total_tokens": len(job.prompt_ids) + n,
+    }
+
+
+def batch_jobs(data: Mapping[str, Any], limits: ServeLimits, vocab_size: int) -> list[Job]:
+    """A /grpo/v1/generate_batch body as Jobs (a 400 for anything wrong or over the bounds)."""
+    for key in data:
+        if key not in ("requests", "sampling_params"):
+            raise BadRequest(400, f"{key}: unknown field")
+    requests = data.get("requests")
+    if not isinstance(requests, list) or not requests:
+        raise BadRequest(400, "requests: expected a non-empty list")
+    if len(requests) > limits.max_pending:
+        raise BadRequest(
+            400, f"requests: {len(requests)} at once; this server takes at most {limits.max_pending}"
+        )
+    shared = data.get("sampling_params") or {}
+    if not isinstance(shared, dict) or set(shared) - {"temperature", "top_p"}:
+        raise BadRequest(400, "sampling_params: expected an object with temperature and top_p only")
+    jobs = []
+    for i, request in enumerate(requests):
+        if not isinstance(request, dict):
+            raise BadRequest(400, f"requests[{i}]: expected an object")
+        unknown = set(request) - {"token_ids", "max_tokens", "seed", "stop_token_ids", "session"}
+        if unknown:
+            raise BadRequest(400, f"requests[{i}].{sorted(unknown)[0]}: unknown field")
+        params = {
+            **shared,
+            **{k: request[k] for k in ("max_tokens", "seed", "stop_token_ids") if k in request},
+        }
+        job = generate_job(
+            {"token_ids": request.get("token_ids"), "sampling_params": params}, limits, vocab_size
+        )
+        session = request.get("session")
+        if session is not None and not isinstance(session, str):
+            raise BadRequest(400, f"requests[{i}].session: expected a string")
+        job.session = session[:200] if session else None
+        jobs.append(job)
+    return jobs
+
+
+def batch_response(jobs: Sequence[Job]) -> dict[str, Any]:
+    return {
+        "results": [
+            {
+                "token_ids": list(job.result.token_ids),
+                "logprobs": [float(x) for x in job.result.logprobs],
+                "finished": bool(job.result.finished),
+            }
+            for job in jobs
+        ],
+        "weights_version": min(int(job.extra.get("weights_version", 0)) for job in jobs),
     }

@@ -5,6 +5,12 @@ Security: it listens on 127.0.0.1 unless told otherwise; listening anywhere else
 key (clients send `Authorization: Bearer <key>`), and every request is bounded (ServeLimits).
 A bad request gets a 4xx JSON error {"error": {"message", "type", "code"}}; the server keeps
 serving. A failure inside generation is a 500 with its message.
+
+As a training run's generator (grpo/generation/generator.py) it also answers
+/grpo/v1/generate_batch (one turn of many conversations in one backend call), takes new weights
+on /grpo/v1/weights (a safetensors file, loaded between backend calls) and tells what it serves on
+/grpo/v1/info (the model, the weights version, and the identity of its weights: architecture,
+tokenizer, checksum).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import os
 import sys
 import threading
 import time
@@ -24,6 +31,8 @@ from grpo.serve.batcher import Batcher
 from grpo.serve.protocol import (
     BadRequest,
     ServeLimits,
+    batch_jobs,
+    batch_response,
     chat_job,
     chat_response,
     cut_at_stop,
@@ -87,6 +96,8 @@ class PolicyServer:
         # model tokens generated and requests answered (benchmarks read them)
         self.completion_tokens = 0
         self.requests = 0
+        # `python -m grpo.serve` as a training run's generator: the trainer's pid (it stops with it)
+        self.parent_pid: int | None = None
         self._count_lock = threading.Lock()
 
     @property
@@ -154,6 +165,66 @@ class PolicyServer:
             job, text, finished, self.model_name, "chatcmpl-" + uuid.uuid4().hex, int(time.time())
         )
 
+    def generate_batch(self, data: dict[str, Any]) -> dict[str, Any]:
+        jobs = batch_jobs(data, self.limits, self.vocab_size)
+        assert self.batcher is not None
+        self.batcher.submit_many(jobs, self.request_timeout_s)
+        failed = next((j.error for j in jobs if j.error is not None), None)
+        if failed is not None:
+            raise failed
+        with self._count_lock:
+            self.completion_tokens += sum(len(j.result.token_ids) for j in jobs)
+            self.requests += len(jobs)
+        out = batch_response(jobs)
+        if self.batcher.weights_error:
+            out["weights_error"] = self.batcher.weights_error
+        return out
+
+    def offer_weights(self, data: dict[str, Any]) -> dict[str, Any]:
+        """New weights from the trainer: checked against the model's names and shapes now (a 400
+        when they do not fit), loaded by the batcher before its next generation."""
+        path, version = data.get("path"), data.get("version")
+        if not isinstance(path, str) or not path.endswith(".safetensors") or not os.path.isfile(path):
+            raise BadRequest(400, "path: expected an existing .safetensors file on this machine")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise BadRequest(400, "version: expected an integer >= 0")
+        model = getattr(self.backend, "model", None)
+        if model is None:
+            raise BadRequest(400, "this server's backend takes no weights")
+        from safetensors import safe_open
+
+        try:
+            with safe_open(path, framework="pt") as f:
+                shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
+        except Exception as ex:  # noqa: BLE001 - a damaged or foreign file
+            raise BadRequest(400, f"path: not a readable safetensors file ({ex})") from None
+        own = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+        if shapes != own:
+            differ = sorted(set(shapes) ^ set(own)) or sorted(n for n in own if shapes[n] != own[n])
+            raise BadRequest(400, f"the weights do not fit the served model (first difference: {differ[0]})")
+        from grpo.models.weights import load_weights
+
+        assert self.batcher is not None
+        accepted = self.batcher.offer_weights(lambda: load_weights(model, path), version)
+        return {"accepted_version": accepted}
+
+    def info(self) -> dict[str, Any]:
+        """What this server serves: the model id, the weights version and their identity
+        (computed on the batcher's thread, between generations)."""
+        from grpo.models.weights import weights_identity
+
+        assert self.batcher is not None
+        identity = self.batcher.call(
+            lambda: weights_identity(self.backend.model, self.backend.tokenizer), self.request_timeout_s
+        )
+        return {
+            "model": self.model_name,
+            "pid": os.getpid(),
+            "weights_version": self.batcher.weights_version,
+            "weights_error": self.batcher.weights_error,
+            **identity,
+        }
+
     def models(self) -> dict[str, Any]:
         return {
             "object": "list",
@@ -208,6 +279,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._check_key()
         if path in ("/v1/models", "/models"):
             return self.policy.models()
+        if path == "/grpo/v1/info":
+            return self.policy.info()
         raise BadRequest(404, f"no route GET {path}")
 
     def _route_post(self) -> dict[str, Any]:
@@ -230,6 +303,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self.policy.generate(data, self.headers.get("X-Session-ID"))
         if path in ("/v1/chat/completions", "/chat/completions"):
             return self.policy.chat(data)
+        if path == "/grpo/v1/generate_batch":
+            return self.policy.generate_batch(data)
+        if path == "/grpo/v1/weights":
+            self._status = 202
+            return self.policy.offer_weights(data)
         raise BadRequest(404, f"no route POST {path}")
 
     def _check_key(self) -> None:
@@ -237,8 +315,10 @@ class _Handler(BaseHTTPRequestHandler):
             raise BadRequest(401, "missing or wrong API key (send Authorization: Bearer <key>)")
 
     def _answer(self, route: Any) -> None:
+        self._status = 200  # a route may set another success status (202: accepted)
         try:
-            status, body = 200, route()
+            body = route()
+            status = self._status
         except BadRequest as ex:
             status, body = ex.status, _error(ex.status, ex.message)
             if ex.status in (411, 413):

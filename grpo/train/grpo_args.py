@@ -3,7 +3,8 @@
 Batch geometry: TRL counts the per-device batch in completions (trainer.per_device_batch_completions,
 a multiple of the group size, so a group never straddles two batches); one generation per
 optimizer step (steps_per_generation = gradient_accumulation_steps, TRL's default). Sampling: our
-rollout engine samples with the same temperature / top-p. Tracking: report_to none (the run's
+rollout engine samples with the same temperature / top-p. Generation ahead of training: TRL's
+truncated importance sampling per token (vllm_importance_sampling_mode=token_truncate). Tracking: report_to none (the run's
 tracker gets the metrics through a callback). trainer.extra passes any other GRPOConfig field.
 """
 
@@ -84,6 +85,12 @@ def grpo_config_kwargs(
             vllm_server_timeout=float(g.timeout_s),
             vllm_max_model_length=extra.get("max_model_length"),
             vllm_tensor_parallel_size=int(extra.get("tensor_parallel_size", 1)),
+        )
+    if g.num_batches_ahead:
+        # rollouts sampled apart from the trainer, up to max_off_policy_steps old: TRL's per-token
+        # truncated importance sampling (grpo/train/ahead.py turns its correction on for them)
+        kwargs.update(
+            vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_correction=True
         )
     kwargs.update(t.extra)
     return kwargs

@@ -63,6 +63,8 @@ def progress_printer(
                 if isinstance(logs.get(key), (int, float)):
                     parts.append(f"{label} {logs[key]:.4g}")
             parts += compact(logs)
+            if isinstance(logs.get("async/lag"), (int, float)):  # generation ahead of training
+                parts.append(f"lag {logs['async/lag']:.3g} | waited {logs.get('async/wait_s', 0.0):.2f} s")
             if done:
                 parts.append(speed_and_eta(elapsed, done, state.global_step, state.max_steps))
             print("[train] " + " | ".join(parts), flush=True)
@@ -157,4 +159,6 @@ def train_header(settings: GrpoConfig, env: Any, resume_from: Path | None) -> st
         f"{t.num_generations}){processes()} | loss {t.loss_type}, beta {t.beta}, scale {t.scale_rewards} | "
         f"{o.name} lr {o.lr:g} | generation {settings.generation.backend}"
     )
+    if settings.generation.num_batches_ahead:
+        text += f", {settings.generation.num_batches_ahead} batch(es) ahead"
     return text + (f" | from {resume_from}" if resume_from else "")

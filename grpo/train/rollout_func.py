@@ -29,6 +29,7 @@ from typing import Any
 
 from grpo.config import GenerationConfig, ModelConfig
 from grpo.envs.rubric import MODEL_TOKENS_FIELD, TRUNCATED_FIELD, reward_fields
+from grpo.errors import UserError
 from grpo.run.distributed import any_rank, world_size
 from grpo.train.monitors import LanguageScore, batch_monitors
 from grpo.trl_adapter.devices import is_sharded
@@ -36,6 +37,7 @@ from grpo.trl_adapter.internals import (
     metric_logger,
     sync_vllm_weights_once_per_step,
     unwrapped_for_generation,
+    uses_vllm_engine,
     vllm_engine,
 )
 
@@ -48,16 +50,33 @@ def prompt_key(prompt: Any) -> str:
     return json.dumps(prompt, sort_keys=True, ensure_ascii=False)
 
 
+# what TRL's dataset carries as the prompt of a row whose episode the environment opens itself
+OPENED_BY_ENV = "(the environment opens this episode: row {id})"
+
+
+def dataset_prompt(row: Any) -> list[dict[str, Any]]:
+    """The prompt TRL's dataset carries for a row: the row's own prompt, or, when it holds no user
+    turn (the environment opens the episode itself: a v1 taskset's scripted user or user
+    simulator), that prompt plus a stand-in user turn naming the row. TRL samples, groups and
+    hands back rows by a non-empty conversational prompt; what the loss conditions on is the
+    rollout's `prompt_ids`, which for such a row are the episode's opening (its first user turn)."""
+    prompt = [dict(m) for m in row.prompt]
+    if any(m.get("role") == "user" for m in prompt):
+        return prompt
+    return [*prompt, {"role": "user", "content": OPENED_BY_ENV.format(id=row.id)}]
+
+
 class PromptIndex:
     """Maps the prompts TRL hands to the rollout function back to environment rows.
 
-    TRL passes only the prompts, so rows are found by their prompt. Rows sharing an identical
-    prompt are interchangeable to the model; a group of such a prompt takes them in turn."""
+    TRL passes only the prompts, so rows are found by their prompt (`dataset_prompt`). Rows
+    sharing an identical prompt are interchangeable to the model; a group of such a prompt takes
+    them in turn."""
 
     def __init__(self, rows: Sequence[Any]):
         self.rows: dict[str, list[Any]] = {}
         for row in rows:
-            self.rows.setdefault(prompt_key(row.prompt), []).append(row)
+            self.rows.setdefault(prompt_key(dataset_prompt(row)), []).append(row)
         self._turn: dict[str, int] = {}
 
     @property
@@ -84,7 +103,10 @@ def train_dataset(rows: Sequence[Any]) -> Any:
     from datasets import Dataset
 
     return Dataset.from_list(
-        [{"prompt": list(row.prompt), "row_id": int(row.id), "language": str(row.language)} for row in rows]
+        [
+            {"prompt": dataset_prompt(row), "row_id": int(row.id), "language": str(row.language)}
+            for row in rows
+        ]
     )
 
 
@@ -112,25 +134,42 @@ class EnvRolloutFunc:
         # their monitors
         self.last_rollouts: list[Any] = []
         self.last_monitors: dict[str, float] = {}
+        # () -> a context in which the trainer may generate in process (generation ahead of
+        # training pauses its worker there, grpo/train/ahead.py)
+        self.pause: Callable[[], Any] = contextlib.nullcontext
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
         rows = self._rows(prompts, group)
-        from grpo.generation import Sampling
-
-        sampling = Sampling(
-            temperature=float(trainer.temperature),
-            top_p=float(trainer.top_p),
-            max_tokens_per_turn=self.max_tokens_per_turn,
-            seed=None,  # the global RNG, which transformers checkpoints and restores on resume
-        )
+        sampling = self.sampling(trainer)
         budget = int(trainer.max_completion_length)
         lockstep = self._lockstep(trainer)
         with self.policy_backend(trainer) as backend:
             if lockstep:
                 backend.lockstep = True  # hf (vLLM generates for all ranks itself)
             rollouts = self._run(rows, group, backend, sampling, budget, any_rank if lockstep else None)
+        return self.hand_over(rollouts, trainer)
+
+    def sampling(self, trainer: Any) -> Any:
+        """How training rollouts sample: the trainer's temperature and top-p."""
+        from grpo.generation import Sampling
+
+        return Sampling(
+            temperature=float(trainer.temperature),
+            top_p=float(trainer.top_p),
+            max_tokens_per_turn=self.max_tokens_per_turn,
+            seed=None,  # the global RNG, which transformers checkpoints and restores on resume
+        )
+
+    def hand_over(self, rollouts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        """A batch's rollouts as TRL takes them, with the batch's monitors logged at this step."""
         self.last_rollouts = rollouts
+        if rollouts and not any(any(r.env_mask) for r in rollouts):
+            errors = list(getattr(self.env, "last_errors", None) or [])
+            raise UserError(
+                f"env {self.env.name}: no episode of the training batch has a model token "
+                f"({len(rollouts)} episodes)" + (f"; first failure: {errors[0]}" if errors else "")
+            )
         # a third-party env need not have has_answer (then: no format-failure monitor)
         has_answer = getattr(self.env, "has_answer", None)
         self.last_monitors = batch_monitors(rollouts, has_answer, self.language_score)
@@ -140,21 +179,31 @@ class EnvRolloutFunc:
         if log_metric is not None:
             for name, value in self.last_monitors.items():
                 log_metric(name, value)
-        return rollout_fields(rollouts)
+        return rollout_fields(rollouts, self._filler_id())
+
+    def _filler_id(self) -> int:
+        """The token an episode without tokens (a failed one) is given, masked out of the loss."""
+        for attr in ("eos_token_id", "pad_token_id"):
+            value = getattr(self.tokenizer, attr, None)
+            if isinstance(value, int):
+                return value
+        return 0
 
     @contextlib.contextmanager
     def policy_backend(self, trainer: Any) -> Iterator[Any]:
         """A generation backend over the trainer's current policy: the hf backend on the unwrapped
         model, or TRL's vLLM engine with this step's weights (synced once per step, as TRL does
-        before it calls rollout_func). Training rollouts and validation both generate through it."""
-        if trainer.use_vllm:
-            sync_vllm_weights_once_per_step(trainer)
-            yield self._vllm_backend(trainer)
-            return
-        from grpo.generation import make_backend
+        before it calls rollout_func). Training rollouts and validation both generate through it;
+        with generation ahead of training, the generator's worker is paused meanwhile (`pause`)."""
+        with self.pause():
+            if uses_vllm_engine(trainer):
+                sync_vllm_weights_once_per_step(trainer)
+                yield self._vllm_backend(trainer)
+                return
+            from grpo.generation import make_backend
 
-        with unwrapped_for_generation(trainer) as policy:
-            yield make_backend(self.gen_cfg, policy, self.tokenizer, self.model_cfg)
+            with unwrapped_for_generation(trainer) as policy:
+                yield make_backend(self.gen_cfg, policy, self.tokenizer, self.model_cfg)
 
     def _rows(self, prompts: list[Any], group: int) -> list[Any]:
         """One row per group of `group` consecutive identical prompts (TRL's RepeatSampler order;
@@ -182,22 +231,30 @@ class EnvRolloutFunc:
         budget: int,
         any_rank_active: Callable[[bool], bool] | None = None,
     ) -> list[Any]:
+        from grpo.generation.served import GeneratorError
         from grpo.rollout import run_rollouts
 
-        return run_rollouts(
-            self.env,
-            rows,
-            backend,
-            rollouts_per_row=group,
-            sampling=sampling,
-            max_completion_tokens=budget,
-            any_rank_active=any_rank_active,
-        )
+        try:
+            return run_rollouts(
+                self.env,
+                rows,
+                backend,
+                rollouts_per_row=group,
+                sampling=sampling,
+                max_completion_tokens=budget,
+                any_rank_active=any_rank_active,
+            )
+        except (UserError, GeneratorError):
+            raise
+        except Exception as ex:  # inside the env (a verifiers taskset, a third-party env): one line
+            raise UserError(
+                f"env {self.env.name}: its episodes failed during training: {_first_line(ex)}"
+            ) from ex
 
     def _lockstep(self, trainer: Any) -> bool:
         """Whether every rank must make the same generate() calls (generation.lockstep; null: when
         generate is a collective, i.e. sharded parameters not gathered for generation)."""
-        if trainer.use_vllm or world_size() <= 1:
+        if uses_vllm_engine(trainer) or world_size() <= 1:
             return False
         if self.gen_cfg.lockstep is not None:
             return bool(self.gen_cfg.lockstep)
@@ -211,15 +268,28 @@ class EnvRolloutFunc:
         return trainer_backend(vllm_engine(trainer), self.tokenizer, self.model_cfg, trainer.eos_token_ids)
 
 
-def rollout_fields(rollouts: Sequence[Any]) -> dict[str, list[Any]]:
-    """What rollout_func returns to TRL, one entry per completion."""
+def _first_line(ex: BaseException) -> str:
+    text = str(ex).strip().splitlines()
+    return f"{type(ex).__name__}: {text[0][:300]}" if text else type(ex).__name__
+
+
+def rollout_fields(rollouts: Sequence[Any], filler_id: int = 0) -> dict[str, list[Any]]:
+    """What rollout_func returns to TRL, one entry per completion. An episode without tokens (a
+    failed one: no prompt or no completion ids) gets `filler_id` as its prompt and as one masked
+    completion token: TRL reads every completion's last token, and nothing of it is trained on."""
+    prompts = [list(r.prompt_ids) or [filler_id] for r in rollouts]
+    empty = [not r.completion_ids for r in rollouts]
     return {
-        "prompt_ids": [list(r.prompt_ids) for r in rollouts],
-        "completion_ids": [list(r.completion_ids) for r in rollouts],
+        "prompt_ids": prompts,
+        "completion_ids": [
+            [filler_id] if e else list(r.completion_ids) for r, e in zip(rollouts, empty, strict=True)
+        ],
         # NaN where a backend has no log-prob; TRL neutralises NaN in its importance ratios
-        "logprobs": [[float(x) for x in r.logprobs] for r in rollouts],
+        "logprobs": [
+            [0.0] if e else [float(x) for x in r.logprobs] for r, e in zip(rollouts, empty, strict=True)
+        ],
         # 1 = model token, 0 = environment token: TRL masks the latter out of the loss
-        "env_mask": [list(r.env_mask) for r in rollouts],
+        "env_mask": [[0] if e else list(r.env_mask) for r, e in zip(rollouts, empty, strict=True)],
         **reward_fields(rollouts),
         "row_id": [r.row.id for r in rollouts],
         # a model turn cut by a token limit: such a completion scores trainer.truncated_reward

@@ -19,6 +19,10 @@ How the pieces meet TRL (trl 1.16, read its grpo_trainer.py):
 - Tracking: TRL's metrics go to the run's tracker as train/<name> (its trainer callback), the
   held-out evaluations' as val/<name>.
 - Progress: one compact line per logging step and the zero-signal hint (grpo/train/progress.py).
+- Generation ahead of training (generation.num_batches_ahead > 0): grpo/train/ahead.py is the
+  rollout function instead, generating on a generator apart from the trainer (started here, before
+  the trainer is built, so that it loads meanwhile); a generator that fails mid-run stops the run
+  with the checkpoint of its last complete step (GeneratorFailed, exit code 3).
 - Checkpoints: every save_steps (and at the end) under <run_dir>/checkpoints, each marked complete
   once on disk (grpo/run/checkpoints.py). With a resume plan (grpo/run/resume.py) training restarts
   from the chain's latest complete checkpoint: weights, optimizer, scheduler, RNG states and global
@@ -41,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo.config import GrpoConfig, ModelConfig
-from grpo.errors import UserError
+from grpo.errors import GeneratorFailed, UserError
 from grpo.run.checkpoints import BestCheckpoint, best_checkpoint, latest_complete
 from grpo.run.distributed import barrier, is_main, rank, world_size
 from grpo.run.layout import RunLayout
@@ -51,7 +55,7 @@ from grpo.train.grpo_args import make_grpo_config
 from grpo.train.progress import processes, progress_printer
 from grpo.train.rollout_func import EnvRolloutFunc, PromptIndex, train_dataset
 from grpo.trl_adapter.devices import is_sharded
-from grpo.trl_adapter.internals import sync_vllm_weights, vllm_engine
+from grpo.trl_adapter.internals import save_checkpoint_now, sync_vllm_weights, uses_vllm_engine, vllm_engine
 from grpo.trl_adapter.trainer import make_trainer, point_model_at, run_trainer
 
 if TYPE_CHECKING:
@@ -94,6 +98,8 @@ class TrainerBundle:
     output_dir: Path
     # trainer.eval_steps > 0: the held-out evaluation callback (grpo/train/heldout.py)
     validation: Any = None
+    # generation.num_batches_ahead > 0: the rollout function that generates ahead (grpo/train/ahead.py)
+    ahead: Any = None
 
 
 def build_trainer(
@@ -147,12 +153,20 @@ def build_trainer(
     if _needs_model_path(settings, peft_config):
         _ensure_loadable(model, tokenizer, settings.model, run_dir)
 
+    ahead = generator = None
+    if settings.generation.num_batches_ahead:
+        from grpo.train.ahead import AheadRollouts, start_generator
+
+        generator = start_generator(settings, model, tokenizer, run_dir)
+
     from trl import GRPOTrainer
 
     printer = progress_printer(settings, env, resume_from, reward_funcs)
     rollout = EnvRolloutFunc(
         env, index, tokenizer, settings.generation, settings.model, rewards.language_score
     )
+    if settings.generation.num_batches_ahead:
+        ahead = AheadRollouts(rollout, rows, settings, generator)
     validation = None
     if settings.trainer.eval_steps:
         from grpo.train.heldout import HeldoutEvaluation
@@ -176,29 +190,40 @@ def build_trainer(
             settings, env, rewards.learned, run_dir, rollout.policy_backend, tracker.log_metrics
         )
     table = tracker.completions_callback()
-    trainer = make_trainer(
-        GRPOTrainer,
-        "train",
-        [
-            printer,
-            tracker.trainer_callback(),
-            *([table] if table is not None else []),
-            *callbacks,
-            *([rounds] if rounds else []),
-            *([validation] if validation else []),
-        ],
-        model=model,
-        reward_funcs=reward_funcs,
-        args=args,
-        train_dataset=train_dataset(rows),
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        rollout_func=rollout,
-    )
+    own_callbacks = [
+        printer,
+        tracker.trainer_callback(),
+        *([table] if table is not None else []),
+        *callbacks,
+        *([rounds] if rounds else []),
+        *([validation] if validation else []),
+    ]
+    try:
+        trainer = make_trainer(
+            GRPOTrainer,
+            "train",
+            own_callbacks,
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset(rows),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            rollout_func=ahead if ahead is not None else rollout,
+        )
+        if ahead is not None:
+            ahead.attach(trainer, settings.generation.timeout_s)
+    except BaseException:
+        # a refused or failed start leaves no generator process behind
+        if ahead is not None:
+            ahead.close()
+        elif generator is not None:
+            generator.close()
+        raise
     for needs_trainer in (validation, table, rounds):
         if needs_trainer is not None:
             needs_trainer.trainer = trainer
-    return TrainerBundle(trainer, rollout, printer, tokenizer, resume_from, output_dir, validation)
+    return TrainerBundle(trainer, rollout, printer, tokenizer, resume_from, output_dir, validation, ahead)
 
 
 def train(
@@ -229,10 +254,21 @@ def train(
         resume=resume,
     )
     trainer = bundle.trainer
-    # a first Ctrl-C / SIGTERM: the checkpoint of this step is on disk, then Interrupted
-    seconds = run_trainer(trainer, "train", bundle.resume_from)
+    try:
+        # a first Ctrl-C / SIGTERM: the checkpoint of this step is on disk, then Interrupted
+        seconds = run_trainer(trainer, "train", bundle.resume_from)
+        if bundle.ahead is not None:
+            bundle.ahead.push_final()
+    except GeneratorFailed:
+        # the generator failed before this step's batch came: nothing of the step has run, and
+        # the state is the last complete step's, which a resume continues from
+        save_checkpoint_now(trainer)
+        raise
+    finally:
+        if bundle.ahead is not None:
+            bundle.ahead.close()
 
-    if trainer.use_vllm:
+    if uses_vllm_engine(trainer) and bundle.ahead is None:
         # the engine last synced before the final optimizer step: push the final weights so an
         # evaluation after training generates with the trained policy
         from grpo.generation.vllm import use_trainer_engine

@@ -11,11 +11,18 @@ GRPOTrainer attributes:
   step (`metric_logger`; the rollout function's monitors go through it);
 - `vllm_generation` (TRL's VLLMGeneration) and `_last_loaded_step`: the vLLM engine and the step
   its weights were last synced at (`vllm_engine`, `sync_vllm_weights`, `sync_vllm_weights_once_per_step`);
+- `use_vllm` with `vllm_generation.sync_weights()`: TRL's importance-sampling correction of rollouts
+  sampled apart from the trainer, and the point before each generation batch where it syncs the
+  sampler's weights (`correct_for_external_sampler`, generation ahead of training);
+- `_get_train_sampler`: the sampler of its train dataloader (`wrap_train_sampler`: generation ahead
+  of training reads the coming batches' prompts from it);
 - what the rollout function reads of the trainer TRL hands it (ROLLOUT_FUNC_READS): public names,
   read directly by grpo/train/rollout_func.py, pinned here all the same.
 Reward-function keyword arguments: `log_extra` (a column of the completions record; the columns
 grpo adds are EPISODE_COLUMN, LANGUAGE_COLUMN, MODEL_TOKENS_COLUMN) and `log_metric`
 (`extra_column_logger`, `reward_metric_logger`).
+transformers' Trainer: `_save_checkpoint` with the `on_save` callbacks (`save_checkpoint_now`: a
+checkpoint in the middle of a step, when the generator failed before the step could train).
 Names inside TRL's modules: `trl.generation.vllm_generation.extract_logprobs` (`vllm_logprobs`),
 `trl.generation.vllm_client.VLLMClient` (`vllm_server_client`),
 `trl.models.unwrap_model_for_generation` (`unwrapped_for_generation`),
@@ -57,7 +64,17 @@ ROLLOUT_FUNC_READS = (
     "eos_token_ids",
 )
 # GRPOTrainer attributes every trainer has
-TRAINER_ATTRIBUTES = ("_logs", "_log_metric", "reward_func_names", "reward_weights", *ROLLOUT_FUNC_READS)
+TRAINER_ATTRIBUTES = (
+    "_logs",
+    "_log_metric",
+    "reward_func_names",
+    "reward_weights",
+    "_get_train_sampler",
+    "_save_checkpoint",
+    "callback_handler",
+    "vllm_importance_sampling_correction",
+    *ROLLOUT_FUNC_READS,
+)
 # GRPOTrainer attributes set only with use_vllm (its __init__ assigns them)
 VLLM_TRAINER_ATTRIBUTES = ("vllm_generation", "_last_loaded_step")
 # what grpo reads of TRL's VLLMGeneration (the attributes set by its __init__ / setup, a method)
@@ -157,9 +174,20 @@ class VllmEngine:
     timeout: float
 
 
+def uses_vllm_engine(trainer: Any) -> bool:
+    """Whether the trainer generates with a vLLM engine of TRL's (not a generator of grpo's
+    that only borrows TRL's correction, see `correct_for_external_sampler`)."""
+    return bool(trainer.use_vllm) and _engine_of(trainer) is not None
+
+
+def _engine_of(trainer: Any) -> Any:
+    engine = getattr(trainer, "vllm_generation", None)
+    return engine.engine if isinstance(engine, _SyncHook) else engine
+
+
 def vllm_engine(trainer: Any) -> VllmEngine:
     """The vLLM engine of a GRPOTrainer built with use_vllm (`trainer.vllm_generation`)."""
-    engine = trainer.vllm_generation
+    engine = _engine_of(trainer)
     return VllmEngine(
         mode=engine.mode,
         llm=getattr(engine, "llm", None),  # colocate only
@@ -182,6 +210,68 @@ def sync_vllm_weights_once_per_step(trainer: Any) -> None:
     if trainer.state.global_step != trainer._last_loaded_step:
         trainer.vllm_generation.sync_weights()
         trainer._last_loaded_step = trainer.state.global_step
+
+
+class _SyncHook:
+    """Stands in for `trainer.vllm_generation` where TRL syncs it: `sync_weights()` runs `sync`;
+    everything else is the wrapped engine's (None: a generator of grpo's, no engine of TRL's)."""
+
+    def __init__(self, engine: Any, sync: Callable[[], None]):
+        self.engine = engine
+        self._sync = sync
+
+    def sync_weights(self) -> None:
+        self._sync()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("engine", "_sync"):  # not set yet (copy / unpickle build the object bare)
+            raise AttributeError(name)
+        if self.engine is None:
+            raise AttributeError(f"a generator apart from the trainer has no {name!r}")
+        return getattr(self.engine, name)
+
+
+def correct_for_external_sampler(trainer: Any, sync: Callable[[], None]) -> None:
+    """Rollouts sampled apart from the trainer (generation ahead of training): TRL corrects the
+    loss with their sampling logprobs as it does for its vLLM engine (`use_vllm` and
+    `vllm_importance_sampling_correction`: a per-token ratio of the trainer's to the sampler's
+    probability, truncated at vllm_importance_sampling_clip_max), and calls `sync()` where it syncs
+    that engine (`vllm_generation.sync_weights()`, before the rollout function, once per optimizer
+    step). A trainer with its own vLLM engine keeps it: `sync()` then decides when to call the
+    engine's own sync (`engine_sync`)."""
+    engine = getattr(trainer, "vllm_generation", None) if trainer.use_vllm else None
+    trainer.vllm_generation = _SyncHook(engine, sync)
+    trainer.use_vllm = True
+    trainer.vllm_importance_sampling_correction = True
+    if engine is None:
+        trainer._last_loaded_step = -1
+
+
+def engine_sync(trainer: Any) -> Callable[[], None] | None:
+    """The vLLM engine's own weight sync under `correct_for_external_sampler` (None without one)."""
+    engine = _engine_of(trainer)
+    return None if engine is None else engine.sync_weights
+
+
+def wrap_train_sampler(trainer: Any, wrap: Callable[[Any], Any]) -> None:
+    """Make the sampler of the trainer's train dataloader `wrap(sampler)` (GRPOTrainer builds it
+    with `_get_train_sampler` when training starts: a RepeatSampler of each generation batch's
+    prompts, repeated per group and per gradient-accumulation step)."""
+    original = trainer._get_train_sampler
+
+    def sampler(*args: Any, **kwargs: Any) -> Any:
+        return wrap(original(*args, **kwargs))
+
+    trainer._get_train_sampler = sampler
+
+
+def save_checkpoint_now(trainer: Any) -> None:
+    """Write a checkpoint of the trainer's state now, as at a save step (transformers'
+    `_save_checkpoint`, then the `on_save` callbacks: grpo's completion marker among them).
+    For a stop in the middle of a step before it changed anything (the generator failed before
+    the step's batch came): the checkpoint is the state after the last complete step."""
+    trainer._save_checkpoint(trainer.model, None)
+    trainer.control = trainer.callback_handler.on_save(trainer.args, trainer.state, trainer.control)
 
 
 def vllm_logprobs(outputs: Sequence[Any]) -> tuple[Any, Any]:

@@ -123,7 +123,7 @@ def main() -> None:
         "trainer.save_steps=100000",
         "trainer.eval_steps=0",
         "trainer.keep_best=false",
-        f"trainer.logging_steps={args.steps}",
+        "trainer.logging_steps=1",  # the async metrics of every step
         "eval.show_examples=false",
     ]
     settings = {
@@ -140,9 +140,7 @@ def main() -> None:
             order = ["sync", "ahead"] if r % 2 == 0 else ["ahead", "sync"]
             for name in order:
                 # each side the whole machine its way: sync torch on every core; ahead splits them itself
-                side = run_side(
-                    dataclasses.replace(settings[name]), env, Path(tmp) / f"{name}{r}", cores
-                )
+                side = run_side(dataclasses.replace(settings[name]), env, Path(tmp) / f"{name}{r}", cores)
                 sides[name].append(side)
             s, a = sides["sync"][-1], sides["ahead"][-1]
             ratios.append(s["s_per_step"] / a["s_per_step"])
@@ -156,8 +154,12 @@ def main() -> None:
             )
     g = statistics.median(s["G"] for s in sides["sync"])
     t = statistics.median(s["T"] for s in sides["sync"])
-    print(f"recipe: +experiment={args.recipe}, {args.steps} steps per run, {args.rounds} rounds, {cores} cores")
-    print(f"sync (one process, {cores} threads): {statistics.median(s['s_per_step'] for s in sides['sync']):.3f} s/step")
+    print(
+        f"recipe: +experiment={args.recipe}, {args.steps} steps per run, {args.rounds} rounds, {cores} cores"
+    )
+    print(
+        f"sync (one process, {cores} threads): {statistics.median(s['s_per_step'] for s in sides['sync']):.3f} s/step"
+    )
     print(
         f"one batch ahead (trainer {trainer_threads} thread(s) + generator {generator_threads} thread(s)): "
         f"{statistics.median(s['s_per_step'] for s in sides['ahead']):.3f} s/step, the trainer waited "

@@ -92,7 +92,9 @@ def test_every_experiment_recipe_composes_alone_and_validates(recipe):
         with pytest.raises(UserError, match=reason):
             check(settings)
         # every other rule holds: the same recipe generating with the CPU backend passes
-        settings = dataclasses.replace(settings, generation=dataclasses.replace(settings.generation, backend="hf"))
+        settings = dataclasses.replace(
+            settings, generation=dataclasses.replace(settings.generation, backend="hf")
+        )
     check(settings)
     assert settings.env["name"]
     assert "train" in settings.stages

@@ -419,7 +419,9 @@ def test_loading_keeps_the_process_signal_handlers():
 
 
 @pytest.mark.usefixtures("one_torch_thread")
-def test_two_grpo_steps_on_the_multi_turn_env_mask_its_turns(tmp_path):
+# 1: the episodes generated one batch ahead, on a generator process (grpo/train/ahead.py)
+@pytest.mark.parametrize("ahead", [0, 1], ids=["synchronous", "one batch ahead"])
+def test_two_grpo_steps_on_the_multi_turn_env_mask_its_turns(tmp_path, ahead):
     from grpo.train.trainer import build_trainer
 
     cfg = load_settings(
@@ -436,14 +438,22 @@ def test_two_grpo_steps_on_the_multi_turn_env_mask_its_turns(tmp_path):
             "trainer.beta=0",
             "trainer.max_completion_length=256",
             "generation.max_tokens_per_turn=12",
+            f"generation.num_batches_ahead={ahead}",
+            "trainer.logging_steps=1",
         ]
     )
     env = build_env(cfg.env, cfg.language)
     bundle = build_trainer(cfg, env, tmp_path)
     assert bundle.trainer.reward_func_names == ["solved", "fewer_turns", "vf_num_turns"]
     assert bundle.trainer.reward_weights.tolist() == pytest.approx([1.0, 0.3, 0.0])
-    bundle.trainer.train()
+    try:
+        bundle.trainer.train()
+    finally:
+        if bundle.ahead is not None:
+            bundle.ahead.close()
     assert bundle.trainer.state.global_step == 2
+    lags = [e["async/lag"] for e in bundle.trainer.state.log_history if "async/lag" in e]
+    assert lags == ([0.0, 1.0] if ahead else [])
 
     rollouts = bundle.rollout.last_rollouts  # the batch of step 2
     assert len(rollouts) == 8

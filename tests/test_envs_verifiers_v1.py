@@ -40,6 +40,19 @@ ENV_ID = "vf-grpo-sortera"
 BASE = ["+env=verifiers", f"env.id={ENV_ID}", "language=sv", "model=tiny", "env.args={num_tasks: 4}"]
 # a taskset whose rows carry no prompt: its scripted user opens every episode (Spanish)
 ORDENAR = ["+env=verifiers", "env.id=vf-grpo-ordenar", "language=es", "model=tiny"]
+# two GRPO steps of 8 completions on the SFT'd small model, which ends its turns (a random one
+# never does, and a turn cut without its end token is re-tokenised into a new branch by the
+# client's renderer)
+TWO_STEPS = [
+    "model=small_alphabet_sort",
+    "stages=[train]",
+    "trainer.num_generations=4",
+    "trainer.per_device_batch_completions=8",
+    "trainer.max_steps=2",
+    "trainer.save_steps=1000",
+    "trainer.beta=0",
+    "generation.max_tokens_per_turn=48",
+]
 
 
 def env_of(*overrides: str) -> VerifiersV1Env:
@@ -216,20 +229,11 @@ def test_two_grpo_steps_with_the_served_policy_mask_the_users_turns(tmp_path):
     from grpo.models import render_chat
     from grpo.train.trainer import build_trainer
 
-    # the SFT'd small model ends its turns (a random one never does, and a turn cut without its
-    # end token is re-tokenised into a new branch by the client's renderer)
     settings = load_settings(
         [
             *BASE,
-            "model=small_alphabet_sort",
-            "stages=[train]",
-            "trainer.num_generations=4",
-            "trainer.per_device_batch_completions=8",
-            "trainer.max_steps=2",
-            "trainer.save_steps=1000",
-            "trainer.beta=0",
+            *TWO_STEPS,
             "trainer.max_completion_length=160",
-            "generation.max_tokens_per_turn=48",
             "trainer.mask_truncated_completions=false",
             "trainer.truncated_reward=null",
         ]
@@ -326,21 +330,7 @@ def test_a_taskset_that_opens_its_episodes_itself_evaluates(turns):
 def _ordenar_trainer(tmp_path, *extra):
     from grpo.train.trainer import build_trainer
 
-    settings = load_settings(
-        [
-            *ORDENAR,
-            "model=small_alphabet_sort",
-            "stages=[train]",
-            "trainer.num_generations=4",
-            "trainer.per_device_batch_completions=8",
-            "trainer.max_steps=2",
-            "trainer.save_steps=1000",
-            "trainer.beta=0",
-            "trainer.max_completion_length=192",
-            "generation.max_tokens_per_turn=48",
-            *extra,
-        ]
-    )
+    settings = load_settings([*ORDENAR, *TWO_STEPS, "trainer.max_completion_length=192", *extra])
     env = build_env(settings.env, settings.language)
     return env, build_trainer(settings, env, tmp_path)
 

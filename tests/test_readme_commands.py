@@ -45,7 +45,7 @@ def is_quick(command: str) -> bool:
 
 
 # needs a GPU / vLLM on this machine: the preflight says so in one line
-GPU = re.compile(r"model=qwen3_0_6b|generation=vllm")
+GPU = re.compile(r"model=qwen3_0_6b|generation=vllm|experiment=alphabet_sort_hub_recipe(\s|$)")
 # not run here, and why
 NOT_HERE = {
     "pip install": "an install (.ci/run does the set-up)",

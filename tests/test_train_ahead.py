@@ -121,7 +121,11 @@ def test_the_hub_recipe_and_its_cpu_twin_carry_the_recipes_settings():
         assert (t.num_generations, t.per_device_batch_completions, t.gradient_accumulation_steps) == (8, 8, 8)
         assert (s.env["name"], s.env["min_turns"], s.env["max_turns"]) == ("alphabet_sort", 1, 3)
     assert (gpu.trainer.max_steps, gpu.trainer.save_steps) == (1000, 100)
-    assert (cpu.model.name, cpu.generation.backend, cpu.generation.base_url) == ("small_alphabet_sort", "hf", None)
+    assert (cpu.model.name, cpu.generation.backend, cpu.generation.base_url) == (
+        "small_alphabet_sort",
+        "hf",
+        None,
+    )
     check(cpu)  # the twin runs here as shipped (the GPU recipe: tests/test_cli.py)
 
 

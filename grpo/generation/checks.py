@@ -35,6 +35,12 @@ def check_generation(g: GenerationConfig, stages: list[str]) -> None:
         _vllm(g, stages)
     if g.num_batches_ahead:
         _ahead(g, stages)
+    elif g.backend == "hf" and g.base_url:
+        # it would be ignored: the hf backend generates in the trainer unless it runs ahead
+        reject(
+            f"generation.base_url={g.base_url} is not used by generation=hf: add generation.num_batches_ahead=1 "
+            "to generate on that server one batch ahead of training, or leave base_url unset"
+        )
 
 
 def _openai(g: GenerationConfig, stages: list[str]) -> None:

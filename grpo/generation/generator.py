@@ -182,6 +182,7 @@ class Generator:
         """Until the server answers /health: GeneratorError when its process ends first or it
         does not answer within `timeout_s` (generation.timeout_s)."""
         deadline = time.monotonic() + timeout_s
+        said = False
         while True:
             gone = self.exited()
             if gone:
@@ -190,6 +191,13 @@ class Generator:
                 call_server(self.url, "/health", timeout_s=2.0)
                 return
             except GeneratorError:
+                if self.process is None and not said:  # a server the run did not start
+                    print(
+                        f"[generation] waiting up to {timeout_s:g} s (generation.timeout_s) for the generator at {self.url}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    said = True
                 if time.monotonic() > deadline:
                     raise GeneratorError(
                         f"the generator at {self.url} did not come up within {timeout_s:g} s "

@@ -298,7 +298,7 @@ class AheadRollouts:
             else:
                 with self.paused():  # NCCL: no generation while the server's weights change
                     self._engine_sync()
-        except GeneratorError as ex:
+        except (GeneratorError, OSError) as ex:  # OSError: the vLLM client's connection errors
             raise self._failed(self._why(ex)) from None
         self._pushed = self._version = step
 
@@ -308,13 +308,11 @@ class AheadRollouts:
             return self.rollout(prompts, trainer)
         step = int(trainer.state.global_step)
         group = int(trainer.num_generations)
-        rows = self.rollout._rows(prompts, group)
         j = self._match(prompts, group)
-        batch = self._pending.pop(j, None) if j is not None else None
-        if batch is not None:
-            batch.rows = [self.rows[i] for i in self.look.batches[j]]  # the sampler's own rows
-            rows = batch.rows
-        if j is not None:
+        if j is None:
+            rows, batch = self.rollout._rows(prompts, group), None
+        else:  # the sampler's own rows (as read ahead), and their batch if it was submitted
+            rows, batch = [self.rows[i] for i in self.look.batches[j]], self._pending.pop(j, None)
             for a in range(1, self.ahead + 1):
                 self._submit_ahead(j + a)
         if batch is None:
@@ -397,14 +395,18 @@ class AheadRollouts:
                     f"from {self._where()}"
                 )
         if batch.error is not None:
-            if isinstance(batch.error, GeneratorError):
+            # the generator's failure (grpo's server, or the vLLM client's connection errors); an
+            # error of the env's own is raised as it is (a one-line UserError from the engine)
+            if isinstance(batch.error, (GeneratorError, OSError)):
                 raise self._failed(self._why(batch.error))
             raise batch.error
 
-    def _why(self, error: GeneratorError) -> str:
+    def _why(self, error: BaseException) -> str:
         """What a failed request means: the generator's process ended (how), or the error."""
         gone = self.generator.death() if self.generator is not None else None
-        return f"the generator process {gone}" if gone else str(error)
+        if gone:
+            return f"the generator process {gone}"
+        return str(error) if isinstance(error, GeneratorError) else f"{self._where()}: {error}"
 
     def _failed(self, reason: str) -> GeneratorFailed:
         return GeneratorFailed(

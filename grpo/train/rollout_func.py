@@ -246,6 +246,14 @@ class EnvRolloutFunc:
             )
         except (UserError, GeneratorError):
             raise
+        except OSError as ex:
+            url = getattr(backend, "server_url", None)
+            if url is None:
+                raise UserError(
+                    f"env {self.env.name}: its episodes failed during training: {_first_line(ex)}"
+                ) from ex
+            # a generation server's connection failing (a vLLM client's), not the env's
+            raise GeneratorError(f"the generator at {url} failed: {_first_line(ex)}") from ex
         except Exception as ex:  # inside the env (a verifiers taskset, a third-party env): one line
             raise UserError(
                 f"env {self.env.name}: its episodes failed during training: {_first_line(ex)}"

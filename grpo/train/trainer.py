@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo.config import GrpoConfig, ModelConfig
 from grpo.errors import GeneratorFailed, UserError
+from grpo.generation.served import GeneratorError
 from grpo.run.checkpoints import BestCheckpoint, best_checkpoint, latest_complete
 from grpo.run.distributed import barrier, is_main, rank, world_size
 from grpo.run.layout import RunLayout
@@ -259,10 +260,13 @@ def train(
         seconds = run_trainer(trainer, "train", bundle.resume_from)
         if bundle.ahead is not None:
             bundle.ahead.push_final()
-    except GeneratorFailed:
-        # the generator failed before this step's batch came: nothing of the step has run, and
-        # the state is the last complete step's, which a resume continues from
+    except (GeneratorFailed, GeneratorError) as ex:
+        # the generator failed before this step's batch came (ahead, or a vLLM server's client in
+        # a synchronous run): nothing of the step has run, and the state is the last complete
+        # step's, which a resume continues from
         save_checkpoint_now(trainer)
+        if isinstance(ex, GeneratorError):
+            raise GeneratorFailed(f"[generation] {ex}", "train", int(trainer.state.global_step)) from None
         raise
     finally:
         if bundle.ahead is not None:

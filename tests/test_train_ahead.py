@@ -16,6 +16,7 @@ the tiny model, real signals.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -319,6 +320,14 @@ def test_a_killed_generator_stops_the_run_with_a_checkpoint_and_ctrl_c_stops_bot
     assert step >= 2 and Path(found.group(2)) == run_dir
     assert checkpoint_step(latest_checkpoint(run_dir)) == step
     assert is_complete_checkpoint(run_dir / "checkpoints" / f"checkpoint-{step}")
+    # MLflow: the run FAILED with the lag of each step logged (0, then 1)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = json.loads((run_dir / "mlflow_run.json").read_text())["run_id"]
+    assert client.get_run(run_id).info.status == "FAILED"
+    lags = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "train/async/lag"))
+    assert lags[:2] == [(1, 0.0), (2, 1.0)]
 
     # resume: a new generator; Ctrl-C (SIGINT to the trainer alone, as a terminal sends it to the
     # foreground process group, which the generator's own session is not part of) stops both

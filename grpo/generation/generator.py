@@ -52,7 +52,7 @@ def split_cores(generator_threads: int | None) -> tuple[int, int]:
     return max(1, cores - gen), gen
 
 
-def _shared_memory_dir(size_bytes: int, copies: int = 3) -> tuple[Path, str | None]:
+def shared_memory_dir(size_bytes: int, copies: int = 3) -> tuple[Path, str | None]:
     """A new folder for the weight files, in /dev/shm when it holds `copies` of them; else in the
     temp folder, with the line that says so."""
     shm = Path("/dev/shm")
@@ -65,7 +65,7 @@ def _shared_memory_dir(size_bytes: int, copies: int = 3) -> tuple[Path, str | No
     )
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -118,11 +118,11 @@ class Generator:
         from grpo.models.weights import save_policy_copy
 
         size = sum(p.numel() * p.element_size() for p in model.parameters())
-        folder, note = _shared_memory_dir(size, copies=4)
+        folder, note = shared_memory_dir(size, copies=4)
         if note:
             print(note, file=sys.stderr, flush=True)
         policy_dir = save_policy_copy(model, tokenizer, folder / "policy")
-        port = _free_port()
+        port = free_port()
         log_path = Path(run_dir) / "generator.log"
         overrides = [
             "model.source=pretrained",
@@ -248,7 +248,7 @@ class Generator:
 
         if self._folder is None:
             size = sum(p.numel() * p.element_size() for p in model.parameters())
-            self._folder, note = _shared_memory_dir(size)
+            self._folder, note = shared_memory_dir(size)
             if note:
                 print(note, file=sys.stderr, flush=True)
         path = save_weights(model, self._folder / f"weights-{int(version):08d}.safetensors")

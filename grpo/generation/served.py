@@ -35,7 +35,8 @@ class GeneratorError(RuntimeError):
 def call_server(
     url: str, path: str, body: dict[str, Any] | None = None, *, timeout_s: float, api_key: str | None = None
 ) -> dict[str, Any]:
-    """GET (no body) or POST a JSON body to `url + path`; the JSON answer, or GeneratorError."""
+    """GET (no body) or POST a JSON body to `url + path`; the JSON answer ({} for an empty one),
+    or GeneratorError."""
     data = None if body is None else json.dumps(body).encode("utf-8")
     request = urllib.request.Request(
         url.rstrip("/") + path, data=data, method="GET" if data is None else "POST"
@@ -45,7 +46,12 @@ def call_server(
         request.add_header("Authorization", f"Bearer {api_key}")
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-            return json.loads(reply.read().decode("utf-8"))
+            text = reply.read().decode("utf-8")
+        return json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        raise GeneratorError(
+            f"the generator at {url} answered {path} with something other than JSON"
+        ) from None
     except urllib.error.HTTPError as ex:
         try:
             message = json.loads(ex.read().decode("utf-8"))["error"]["message"]

@@ -26,6 +26,8 @@ Importing this module is light: vllm and trl load when a backend is built.
 from __future__ import annotations
 
 import math
+import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -283,27 +285,55 @@ def make_colocate_backend(
     reused = _trainer_engine("colocate", tokenizer, model_cfg)
     if reused is not None:
         return reused
-    from vllm import LLM
-
     tokenizer = _tokenizer(tokenizer, model_cfg)
     path = weights_dir(model, tokenizer, model_cfg)
-    llm = LLM(
-        model=path,
-        gpu_memory_utilization=gen_cfg.gpu_memory_utilization,
-        max_model_len=gen_cfg.extra.get("max_model_length"),
-        tensor_parallel_size=int(gen_cfg.extra.get("tensor_parallel_size", 1)),
-        dtype=model_cfg.dtype,
-        trust_remote_code=model_cfg.trust_remote_code,
-        # the returned log-probs are those of the distribution actually sampled from
-        logprobs_mode="processed_logprobs",
-        seed=model_cfg.seed,
-    )
+    # the model's own dtype when it is loaded ("auto" would let vLLM halve a float32 model)
+    dtype = str(model.dtype).removeprefix("torch.") if model is not None else model_cfg.dtype
+    llm = colocated_llm(path, gen_cfg, model_cfg, dtype=dtype, conversations=int(gen_cfg.batch_size or 64))
     return VLLMBackend(
         tokenizer,
         llm=llm,
         chat_template_kwargs=model_cfg.chat_template_kwargs,
         eos_token_ids=_eos_ids(model, tokenizer),
     )
+
+
+def colocated_llm(
+    path: str, gen_cfg: GenerationConfig, model_cfg: ModelConfig, *, dtype: str, conversations: int
+) -> Any:
+    """A vLLM engine in this process on the model at `path`, in `dtype`. On vLLM's CPU build it
+    runs inside this process as TRL's colocated engine does (external_launcher, a world of one),
+    with its KV cache sized for `conversations` and said in one line (grpo/generation/vllm_cpu.py)."""
+    from vllm import LLM
+
+    return LLM(
+        **_cpu_engine(gen_cfg, model_cfg, conversations),
+        model=path,
+        gpu_memory_utilization=gen_cfg.gpu_memory_utilization,
+        max_model_len=gen_cfg.extra.get("max_model_length"),
+        tensor_parallel_size=int(gen_cfg.extra.get("tensor_parallel_size", 1)),
+        dtype=dtype,
+        trust_remote_code=model_cfg.trust_remote_code,
+        # the returned log-probs are those of the distribution actually sampled from
+        logprobs_mode="processed_logprobs",
+        seed=model_cfg.seed,
+    )
+
+
+def _cpu_engine(gen_cfg: GenerationConfig, model_cfg: ModelConfig, conversations: int) -> dict[str, Any]:
+    """The CPU build's engine settings (see colocated_llm); {} on the CUDA build."""
+    from grpo.generation.generator import free_port
+    from grpo.generation.vllm_cpu import cpu_engine_env, vllm_build
+
+    if vllm_build() != "cpu":
+        return {}
+    env, line = cpu_engine_env(gen_cfg, model_cfg, conversations)
+    os.environ.update(env)
+    print(line, file=sys.stderr, flush=True)
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    return {"distributed_executor_backend": "external_launcher"}
 
 
 def make_server_backend(

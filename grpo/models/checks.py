@@ -2,9 +2,11 @@
 with the reward model's backbone) and the LoRA adapter's shape.
 
 Walked by the registry grpo/cli/checks.py; UserError (one line: field, value, fix) on the first
-rule broken. Light: no torch."""
+rule broken. Light: no torch (installed versions are read from package metadata)."""
 
 from __future__ import annotations
+
+import importlib.metadata
 
 from grpo.config import DTYPES, MODEL_SOURCES, ModelConfig, RewardModelBackboneConfig, TrainerConfig
 from grpo.errors import reject
@@ -50,4 +52,30 @@ def check_model(m: ModelConfig, t: TrainerConfig) -> None:
         reject(
             "trainer.extra.sync_ref_model=true does not work with model.lora.enabled=true: under LoRA the reference "
             "model is the adapter-disabled base; drop sync_ref_model"
+        )
+
+
+def check_torch_builds() -> None:
+    """A CPU build of torch beside PyPI's torchvision / torchaudio / torchcodec (CUDA builds, which
+    vLLM's CPU build pulls in): their operators do not load, and `import transformers`' model code
+    fails (`operator torchvision::nms does not exist`). grpo uses none of them."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    if "+cpu" not in torch_version:
+        return
+    foreign = []
+    for dist in ("torchvision", "torchaudio", "torchcodec"):
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if "+cpu" not in version:
+            foreign.append(f"{dist} {version}")
+    if foreign:
+        reject(
+            f"torch {torch_version} (a CPU build) is installed beside {', '.join(foreign)} (CUDA builds from PyPI, "
+            "pulled in by vLLM's CPU build): transformers cannot load its models next to them; grpo needs none "
+            f"of them: pip uninstall -y {' '.join(f.split()[0] for f in foreign)}"
         )

@@ -296,7 +296,9 @@ class AheadRollouts:
             if self.generator is not None:
                 self.generator.push(self.trainer.model, step)
             else:
-                with self.paused():  # NCCL: no generation while the server's weights change
+                with (
+                    self.paused()
+                ):  # no generation while the server reloads (a file) or receives (NCCL) weights
                     self._engine_sync()
         except (GeneratorError, OSError) as ex:  # OSError: the vLLM client's connection errors
             raise self._failed(self._why(ex)) from None

@@ -19,6 +19,17 @@ from grpo.trl_adapter.config import build_trl_config
 from grpo.trl_adapter.devices import has_cuda
 
 
+def grpo_builds_engine(backend: str) -> bool:
+    """Whether grpo, not TRL, builds this run's vLLM engine (grpo/train/vllm_cpu.py): a colocated
+    engine of vLLM's CPU build, or a vLLM server beside a trainer without CUDA (its weights go
+    through a file: TRL's NCCL channel needs CUDA)."""
+    from grpo.generation.vllm_cpu import vllm_build
+
+    if backend == "vllm_server":
+        return not has_cuda()
+    return backend == "vllm_colocate" and vllm_build() == "cpu"
+
+
 def grpo_config_kwargs(
     settings: GrpoConfig, output_dir: Path, reward_weights: Sequence[float]
 ) -> dict[str, Any]:
@@ -76,7 +87,9 @@ def grpo_config_kwargs(
 
         extra = g.extra
         kwargs.update(
-            use_vllm=True,
+            # where TRL's engine cannot run (vLLM's CPU build, no CUDA for NCCL) the trainer is
+            # built without it and given grpo's (grpo/train/vllm_cpu.py)
+            use_vllm=not grpo_builds_engine(g.backend),
             vllm_mode=VLLM_MODES[g.backend],
             vllm_gpu_memory_utilization=float(g.gpu_memory_utilization),
             vllm_server_base_url=server_base_url(g),

@@ -55,6 +55,7 @@ from grpo.tracking.base import NullTracker, Tracker
 from grpo.train.grpo_args import make_grpo_config
 from grpo.train.progress import processes, progress_printer
 from grpo.train.rollout_func import EnvRolloutFunc, PromptIndex, train_dataset
+from grpo.train.vllm_cpu import install_engine
 from grpo.trl_adapter.devices import is_sharded
 from grpo.trl_adapter.internals import save_checkpoint_now, sync_vllm_weights, uses_vllm_engine, vllm_engine
 from grpo.trl_adapter.trainer import make_trainer, point_model_at, run_trainer
@@ -212,6 +213,7 @@ def build_trainer(
             peft_config=peft_config,
             rollout_func=ahead if ahead is not None else rollout,
         )
+        install_engine(trainer, settings, str(model.name_or_path))
         if ahead is not None:
             ahead.attach(trainer, settings.generation.timeout_s)
     except BaseException:

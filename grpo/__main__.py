@@ -15,6 +15,7 @@ fails mid-run (generation ahead of training) stops it the same way, with its own
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import sys
 from collections.abc import Iterator
@@ -139,6 +140,9 @@ def interrupted_line(
 
 def main() -> None:
     global _checked
+    # vLLM logs an INFO line per engine call (a prefix-cache reset at every weight sync): warnings
+    # only, unless the shell says otherwise (read when vLLM is first imported)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     _checked = preflight(sys.argv[1:])
     if world_size() > 1 and not is_main() and _checked is not None:
         sys.argv += _follower_overrides(sys.argv[1:], _checked)

@@ -52,6 +52,8 @@ NOT_HERE = {
     "python -m venv": "the set-up's new environment (.ci/run makes one)",
     "mlflow ui": "a long-running server (tests/test_tracking.py runs a real one)",
     "vllm serve": "a GPU server",
+    "python -m vllm.entrypoints": "a vLLM server (tests/test_vllm_cpu.py starts the documented command, -m vllm)",
+    "pip uninstall": "an install step (.ci/run's vLLM venv does it)",
     "transformers serve": "a server (tests/test_openai_endpoint.py runs a real one)",
     "srun": "SLURM",
     "accelerate launch": "another launcher (tests/test_distributed.py)",

@@ -97,6 +97,8 @@ def test_greedy_vllm_matches_the_hf_engine(tmp_path, turns):
     assert max(_gaps([_own(e) for e in hf], [_own(e) for e in vllm])) < LOGPROB_TOL
     # vLLM's log-probs are the model's (teacher-forced), not only hf's engine's
     assert max(_gaps([_own(e) for e in vllm], out["hf_logprobs_of_vllm"])) < LOGPROB_TOL
+    # seeded requests whose prompts pass one engine step's 4096 tokens (chunked prefill crashed)
+    assert out["big_batch"]["rollouts"] == 96 and out["big_batch"]["prompt_tokens"] > 4096
     turns_seen = {e["turns"] for e in hf}
     if "env.max_turns=1" in turns:
         assert turns_seen == {1}
@@ -135,9 +137,9 @@ def _asset() -> str:
 class Server:
     """The documented server command (SERVER_COMMAND) run for real, on a free port."""
 
-    def __init__(self, log: Path):
+    def __init__(self, log: Path, without: tuple[str, ...] = ()):
         self.port = _free_port()
-        words = shlex.split(SERVER_COMMAND.replace("<model path>", _asset()))
+        words = [w for w in shlex.split(SERVER_COMMAND.replace("<model path>", _asset())) if w not in without]
         env = process_env(None, OMP_NUM_THREADS=None)
         while "=" in words[0]:  # the VAR=value words in front
             key, value = words.pop(0).split("=", 1)
@@ -263,6 +265,20 @@ def test_one_batch_ahead_through_the_server(server, tmp_path):
     assert len(lines) == 3
     assert "lag 0" in lines[0] and all("lag 1" in line for line in lines[1:]), lines
     assert "1 batch(es) ahead on the vLLM server" in done.stderr
+
+
+def test_a_server_that_chunks_prompts_is_refused_in_one_line(tmp_path):
+    """Without --no-enable-chunked-prefill, vLLM's CPU build crashes on a seeded request whose
+    prompt a step splits: grpo refuses such a server before any step."""
+    srv = Server(tmp_path / "server.log", without=("--no-enable-chunked-prefill",))
+    try:
+        done = run_grpo([*_server_args(srv), *TRAIN, "stages=[train]"], root=tmp_path, timeout=300)
+    finally:
+        srv.kill()
+    assert done.returncode == 2, done.stderr[-3000:]
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("error:")]
+    assert "splits long prompts across steps" in line and "--no-enable-chunked-prefill" in line
+    assert not list((tmp_path / "runs").glob("*/*/checkpoints/checkpoint-*"))
 
 
 def test_a_killed_server_is_one_line_a_checkpoint_and_exit_3(server, tmp_path):

@@ -165,3 +165,11 @@ def test_cuda_torchvision_beside_cpu_torch_is_one_line(site, tmp_path):
     assert done.returncode == 2, done.stderr
     lines = [x for x in done.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "pip uninstall -y torchvision torchaudio" in lines[0], done.stderr
+
+
+def test_the_documented_server_command_is_the_one_the_vllm_tests_start():
+    """tests/test_vllm_cpu.py starts SERVER_COMMAND for real; the docs show it on the shipped model."""
+    from grpo.generation.vllm_cpu import SERVER_COMMAND
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "generation.md").read_text(encoding="utf-8")
+    assert SERVER_COMMAND.replace("<model path>", "grpo/assets/small_alphabet_sort_sft") in page

@@ -307,7 +307,7 @@ def colocated_llm(
     from vllm import LLM
 
     return LLM(
-        **_cpu_engine(gen_cfg, model_cfg, conversations),
+        **_cpu_engine(path, gen_cfg, model_cfg, conversations),
         model=path,
         gpu_memory_utilization=gen_cfg.gpu_memory_utilization,
         max_model_len=gen_cfg.extra.get("max_model_length"),
@@ -320,10 +320,16 @@ def colocated_llm(
     )
 
 
-def _cpu_engine(gen_cfg: GenerationConfig, model_cfg: ModelConfig, conversations: int) -> dict[str, Any]:
-    """The CPU build's engine settings (see colocated_llm); {} on the CUDA build."""
+def _cpu_engine(
+    path: str, gen_cfg: GenerationConfig, model_cfg: ModelConfig, conversations: int
+) -> dict[str, Any]:
+    """The CPU build's engine settings (see colocated_llm); {} on the CUDA build. Prompts are
+    never split across engine steps (chunked prefill, vLLM's default): vLLM 0.29's CPU build then
+    rewinds a seeded request's random generator, which its CPU generators cannot do (`RuntimeError:
+    CPU Generator does not use offset` once a batch's prompts pass 4096 tokens; grpo seeds every
+    request). A step then takes whole prompts: at least the model's context."""
     from grpo.generation.generator import free_port
-    from grpo.generation.vllm_cpu import cpu_engine_env, vllm_build
+    from grpo.generation.vllm_cpu import context_length, cpu_engine_env, vllm_build
 
     if vllm_build() != "cpu":
         return {}
@@ -333,7 +339,14 @@ def _cpu_engine(gen_cfg: GenerationConfig, model_cfg: ModelConfig, conversations
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(free_port()))
-    return {"distributed_executor_backend": "external_launcher"}
+    kwargs: dict[str, Any] = {
+        "distributed_executor_backend": "external_launcher",
+        "enable_chunked_prefill": False,
+    }
+    context = gen_cfg.extra.get("max_model_length") or context_length(path, model_cfg)
+    if context:
+        kwargs["max_num_batched_tokens"] = max(4096, int(context))
+    return kwargs
 
 
 def make_server_backend(

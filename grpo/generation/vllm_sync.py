@@ -101,8 +101,9 @@ class FileSyncedServer:
         self.version = 0
 
     def check(self, model: Any) -> str | None:
-        """Before any step: the server opens the route the weights go through (GeneratorError
-        naming the fix if not), and samples in the trainer's dtype (else the line that says so)."""
+        """Before any step: the server opens the route the weights go through, and on CPU takes
+        whole prompts (GeneratorError naming the fix if not); it samples in the trainer's dtype
+        (else the line that says so)."""
         try:
             info = call_server(self.url, "/server_info?config_format=json", timeout_s=self.server_timeout)
         except GeneratorError as ex:
@@ -112,9 +113,15 @@ class FileSyncedServer:
                     "reloads the trainer's weights: restart it with VLLM_SERVER_DEV_MODE=1 (docs/generation.md)"
                 ) from None
             raise
-        served = str(info.get("vllm_config", {}).get("model_config", {}).get("dtype", "")).removeprefix(
-            "torch."
-        )
+        config = info.get("vllm_config", {})
+        on_cpu = str(config.get("device_config", {}).get("device", "")) == "cpu"
+        if on_cpu and config.get("scheduler_config", {}).get("enable_chunked_prefill"):
+            raise GeneratorError(
+                f"the vLLM server at {self.url} splits long prompts across steps (chunked prefill, its default), "
+                "which crashes vLLM's CPU build on seeded requests (RuntimeError: CPU Generator does not use "
+                "offset): restart it with --no-enable-chunked-prefill (docs/generation.md: vLLM on CPU)"
+            )
+        served = str(config.get("model_config", {}).get("dtype", "")).removeprefix("torch.")
         trained = str(model.dtype).removeprefix("torch.")
         if served and served != trained:
             return (

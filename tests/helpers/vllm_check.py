@@ -3,7 +3,8 @@ torch.distributed world of one, which a test worker should not keep). Run as a s
 
     python tests/helpers/vllm_check.py parity OUT.json [overrides...]
         greedy rollouts of grpo's hf engine and of vllm_colocate on the same rows: their tokens
-        and sampled-token log-probs (each rollout's episode), and the hf log-probs of vLLM's tokens
+        and sampled-token log-probs (each rollout's episode), and the hf log-probs of vLLM's tokens;
+        then one seeded batch of vLLM rollouts whose prompts pass 4096 tokens
     python tests/helpers/vllm_check.py train OUT.json [overrides...]
         train() with generation=vllm_colocate, then sampled rollouts through the trainer's engine:
         the engine's log-probs beside the trained and the initial policy's, teacher-forced
@@ -78,6 +79,16 @@ def parity(overrides: list[str]) -> dict[str, Any]:
         )
         out[name] = episodes(rollouts)
     out["hf_logprobs_of_vllm"] = [model_logprobs(policy, e) for e in out["vllm_colocate"]]
+    # a batch whose prompts pass vLLM's 4096 tokens per engine step, every request seeded
+    big = run_rollouts(
+        env,
+        env.rows("eval", 24),
+        backend,
+        rollouts_per_row=4,
+        sampling=Sampling(temperature=1.0, max_tokens_per_turn=16, seed=1),
+        max_completion_tokens=200,
+    )
+    out["big_batch"] = {"rollouts": len(big), "prompt_tokens": sum(len(r.prompt_ids) for r in big)}
     return out
 
 

@@ -48,7 +48,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def run_side(settings: Any, env: Any, out: Path, threads: int) -> dict[str, Any]:
     """Train one side; its seconds per step, G and T (sync), waits (ahead) and final evaluation."""
     import torch
-    from transformers import TrainerCallback
+    from step_timer import StepTimer
 
     from grpo.evaluation.evaluator import evaluate
     from grpo.evaluation.setup import EvalSetup
@@ -57,13 +57,6 @@ def run_side(settings: Any, env: Any, out: Path, threads: int) -> dict[str, Any]
     from grpo.trl_adapter.trainer import run_trainer
 
     torch.set_num_threads(threads)
-
-    class StepTimer(TrainerCallback):
-        def __init__(self) -> None:
-            self.ends: list[float] = []
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.ends.append(time.perf_counter())
 
     timer = StepTimer()
     bundle = build_trainer(settings, env, out, callbacks=[timer])
@@ -84,7 +77,7 @@ def run_side(settings: Any, env: Any, out: Path, threads: int) -> dict[str, Any]
     finally:
         if bundle.ahead is not None:
             bundle.ahead.close()
-    per_step = [b - a for a, b in zip(timer.ends, timer.ends[1:], strict=False)][1:]
+    per_step = timer.gaps()[1:]
     logs = trainer.state.log_history
     side: dict[str, Any] = {"s_per_step": statistics.median(per_step)}
     if generation:

@@ -25,7 +25,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,22 +45,15 @@ COMMON = [
 
 def seconds_per_step(cfg, env, out: Path) -> tuple[float, float]:
     """(median seconds per optimizer step, first excluded; mean completion tokens per step)."""
-    from transformers import TrainerCallback
+    from step_timer import StepTimer
 
     from grpo.models import load_policy
     from grpo.train.trainer import train
 
-    class StepTimer(TrainerCallback):
-        def __init__(self) -> None:
-            self.ends: list[float] = []
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.ends.append(time.perf_counter())
-
     timer = StepTimer()
     model, tokenizer = load_policy(cfg.model)
     result = train(cfg, env, out, model=model, tokenizer=tokenizer, callbacks=[timer])
-    per_step = statistics.median(b - a for a, b in zip(timer.ends, timer.ends[1:], strict=False))
+    per_step = timer.seconds_per_step()
     # completion tokens of a step (model turns and the env's turns between them), steps 2+
     lengths = [h["completions/mean_length"] for h in result.log_history if "completions/mean_length" in h]
     tokens = statistics.fmean(lengths[1:] or lengths) * cfg.trainer.per_device_batch_completions

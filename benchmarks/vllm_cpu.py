@@ -13,7 +13,7 @@ shipped warm start (model=small_alphabet_sort, 3.7M parameters, float32) on the 
               The engine is built once beforehand (its start is printed apart, not timed here).
               Cost: model tokens / wall seconds of the batch;
     steps     GRPO training, +experiment=alphabet_sort_cpu's recipe (one turn, 32 completions a
-              step), --steps optimizer steps, generation=hf vs generation=vllm_colocate (the engine
+              step; --recipe alphabet_sort_hub_recipe_cpu: 1-3 turns, 64), --steps optimizer steps, generation=hf vs generation=vllm_colocate (the engine
               built with the trainer; the policy's weights reloaded into it before each step's
               rollouts). Cost: median seconds per step, the first step left out (engine start and
               first weight load).
@@ -21,7 +21,7 @@ shipped warm start (model=small_alphabet_sort, 3.7M parameters, float32) on the 
 Each round runs both sides, alternating which goes first; a ratio is vllm / hf (tokens/s) and hf /
 vllm (s/step), so > 1 means vLLM is faster; the result is the median of the per-round ratios.
 
-    python benchmarks/vllm_cpu.py [--rounds 3] [--rows 16] [--rollouts 4] [--steps 8]
+    python benchmarks/vllm_cpu.py [--rounds 3] [--rows 16] [--rollouts 4] [--steps 8] [--recipe NAME]
 
 Last two lines: `vllm_rollout_speedup: X` and `vllm_step_speedup: Y`.
 """
@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,22 +60,39 @@ def rollout_round(backend: Any, env: Any, rows: list[Any], rollouts: int, seed: 
 
 def train_side(settings: Any, env: Any, out: Path) -> float:
     """Median seconds per optimizer step of one training run (the first step left out)."""
-    from transformers import TrainerCallback
+    from step_timer import StepTimer
 
     from grpo.train.trainer import build_trainer
     from grpo.trl_adapter.trainer import run_trainer
 
-    class StepTimer(TrainerCallback):
-        def __init__(self) -> None:
-            self.ends: list[float] = []
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self.ends.append(time.perf_counter())
-
     timer = StepTimer()
     bundle = build_trainer(settings, env, out, callbacks=[timer])
     run_trainer(bundle.trainer, "train")
-    return statistics.median(b - a for a, b in zip(timer.ends, timer.ends[1:], strict=False))
+    return timer.seconds_per_step()
+
+
+def paired_rounds(
+    rounds: int,
+    measure: Callable[[str, int], float],
+    label: str,
+    unit: str,
+    faster: Callable[[float, float], float],
+) -> tuple[dict[str, list[float]], list[float]]:
+    """Each round measures both sides (`measure(side, round)`), alternating which goes first; the
+    per-round ratios are `faster(hf, vllm)` (> 1: vLLM faster)."""
+    values: dict[str, list[float]] = {"hf": [], "vllm": []}
+    ratios = []
+    for r in range(rounds):
+        for name in ["hf", "vllm"] if r % 2 == 0 else ["vllm", "hf"]:
+            values[name].append(measure(name, r))
+        ratios.append(faster(values["hf"][-1], values["vllm"][-1]))
+        print(
+            f"{label} round {r + 1}: hf {values['hf'][-1]:.3f} {unit}, vllm {values['vllm'][-1]:.3f} {unit}, "
+            f"ratio {ratios[-1]:.2f}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return values, ratios
 
 
 def main() -> None:
@@ -83,6 +101,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16, help="eval rows of the rollout batch")
     parser.add_argument("--rollouts", type=int, default=4, help="rollouts per row")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per training run")
+    parser.add_argument(
+        "--recipe", default="alphabet_sort_cpu", help="the +experiment= recipe of the steps part"
+    )
     args = parser.parse_args()
 
     from grpo.compose import load_settings
@@ -109,26 +130,18 @@ def main() -> None:
     print(f"vLLM engine start: {time.perf_counter() - start:.1f} s (not timed below)", file=sys.stderr)
     rollout_round(backends["vllm"], env, rows[:2], 1, 0)  # warm both up (vLLM compiles on first use)
     rollout_round(backends["hf"], env, rows[:2], 1, 0)
-    rates: dict[str, list[float]] = {"hf": [], "vllm": []}
-    ratios = []
-    for r in range(args.rounds):
-        order = ["hf", "vllm"] if r % 2 == 0 else ["vllm", "hf"]
-        for name in order:
-            seconds, tokens = rollout_round(backends[name], env, rows, args.rollouts, seed=r)
-            rates[name].append(tokens / seconds)
-        ratios.append(rates["vllm"][-1] / rates["hf"][-1])
-        print(
-            f"rollouts round {r + 1}: hf {rates['hf'][-1]:.0f} tok/s, vllm {rates['vllm'][-1]:.0f} tok/s, "
-            f"ratio {ratios[-1]:.2f}",
-            file=sys.stderr,
-            flush=True,
-        )
-    del backends
+
+    def rate(name: str, r: int) -> float:
+        seconds, tokens = rollout_round(backends[name], env, rows, args.rollouts, seed=r)
+        return tokens / seconds
+
+    rates, ratios = paired_rounds(args.rounds, rate, "rollouts", "tok/s", lambda hf, vllm: vllm / hf)
+    backends.clear()  # the engine goes before the training side builds its own
     rollout_ratio = statistics.median(ratios)
 
     # --- GRPO steps ----------------------------------------------------------------------------
     common = [
-        "+experiment=alphabet_sort_cpu",
+        f"+experiment={args.recipe}",
         "stages=[train]",
         "tracking=none",
         f"trainer.max_steps={args.steps}",
@@ -141,20 +154,14 @@ def main() -> None:
         "vllm": load_settings([*common, "generation=vllm_colocate"]),
     }
     train_env = build_env(train_cfg["hf"].env, train_cfg["hf"].language)
-    costs: dict[str, list[float]] = {"hf": [], "vllm": []}
-    step_ratios = []
     with tempfile.TemporaryDirectory(prefix="grpo-vllm-bench-") as tmp:
-        for r in range(args.rounds):
-            order = ["hf", "vllm"] if r % 2 == 0 else ["vllm", "hf"]
-            for name in order:
-                costs[name].append(train_side(train_cfg[name], train_env, Path(tmp) / f"{name}{r}"))
-            step_ratios.append(costs["hf"][-1] / costs["vllm"][-1])
-            print(
-                f"steps round {r + 1}: hf {costs['hf'][-1]:.3f} s/step, vllm {costs['vllm'][-1]:.3f} s/step, "
-                f"ratio {step_ratios[-1]:.2f}",
-                file=sys.stderr,
-                flush=True,
-            )
+        costs, step_ratios = paired_rounds(
+            args.rounds,
+            lambda name, r: train_side(train_cfg[name], train_env, Path(tmp) / f"{name}{r}"),
+            "steps",
+            "s/step",
+            lambda hf, vllm: hf / vllm,
+        )
     print(
         f"rollouts: {args.rows} rows x {args.rollouts}, 1-3 turns, model=small_alphabet_sort float32, "
         f"{torch.get_num_threads()} threads, {args.rounds} rounds"
@@ -162,7 +169,7 @@ def main() -> None:
     print(f"hf engine: {statistics.median(rates['hf']):.0f} model tokens/s")
     print(f"vLLM CPU build, colocated: {statistics.median(rates['vllm']):.0f} model tokens/s")
     print(
-        f"GRPO (+experiment=alphabet_sort_cpu, {args.steps} steps): hf {statistics.median(costs['hf']):.3f} s/step, "
+        f"GRPO (+experiment={args.recipe}, {args.steps} steps): hf {statistics.median(costs['hf']):.3f} s/step, "
         f"vllm_colocate {statistics.median(costs['vllm']):.3f} s/step"
     )
     print(f"vllm_rollout_speedup: {rollout_ratio:.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")

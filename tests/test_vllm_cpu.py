@@ -97,6 +97,11 @@ def test_greedy_vllm_matches_the_hf_engine(tmp_path, turns):
     assert max(_gaps([_own(e) for e in hf], [_own(e) for e in vllm])) < LOGPROB_TOL
     # vLLM's log-probs are the model's (teacher-forced), not only hf's engine's
     assert max(_gaps([_own(e) for e in vllm], out["hf_logprobs_of_vllm"])) < LOGPROB_TOL
+    # at the model's context: a turn gets the room left, none past it (vLLM refused the request)
+    edge = out["context"]
+    assert edge["limit"] == 1024
+    assert edge["near"][0] <= 4 and (edge["near"][0] == 4 or edge["near"][1])
+    assert edge["past"] == [0, False, ""]
     # seeded requests whose prompts pass one engine step's 4096 tokens (chunked prefill crashed)
     assert out["big_batch"]["rollouts"] == 96 and out["big_batch"]["prompt_tokens"] > 4096
     turns_seen = {e["turns"] for e in hf}
@@ -180,38 +185,30 @@ def _server_args(server: Server) -> list[str]:
     return ["+env=alphabet_sort", "generation=vllm_server", f"generation.port={server.port}"]
 
 
-def _logprobs_now(server: Server, checkpoint: Path) -> tuple[list[float], list[float], list[float]]:
+def _logprobs_now(server: Server, checkpoint: Path) -> tuple[list[float], list[float], list[float], dict]:
     """Sampled rollouts through the server now: its log-probs, and the checkpoint's and the initial
-    policy's (teacher-forced) for the same tokens."""
+    policy's (teacher-forced) for the same tokens; then requests at the model's context."""
     import torch
-    from helpers.vllm_check import episodes, model_logprobs, sampled
+    from helpers.vllm_check import context_edge, model_logprobs, sampled, sampled_episodes
     from transformers import AutoModelForCausalLM
 
     from grpo.compose import load_settings
     from grpo.envs import build_env
     from grpo.generation import Sampling, make_backend
     from grpo.models import load_policy
-    from grpo.rollout import run_rollouts
 
     cfg = load_settings([*_server_args(server), *MODEL])
     env = build_env(cfg.env, cfg.language)
     initial, tokenizer = load_policy(cfg.model)
     backend = make_backend(cfg.generation, initial, tokenizer, cfg.model)
-    rollouts = run_rollouts(
-        env,
-        env.rows("eval", 3),
-        backend,
-        rollouts_per_row=2,
-        sampling=Sampling(temperature=1.0, max_tokens_per_turn=48, seed=5),
-        max_completion_tokens=300,
-    )
-    eps = episodes(rollouts)
+    eps = sampled_episodes(env, backend, 3, 2, seed=5, max_tokens=48)
     trained = AutoModelForCausalLM.from_pretrained(str(checkpoint), dtype=torch.float32).eval()
     flat = lambda rows: [x for row in rows for x in row]  # noqa: E731
     return (
         flat(sampled(e) for e in eps),
         flat(model_logprobs(trained, e) for e in eps),
         flat(model_logprobs(initial, e) for e in eps),
+        context_edge(backend, Sampling(temperature=1.0, max_tokens_per_turn=64, seed=1)),
     )
 
 
@@ -240,7 +237,9 @@ def test_server_trains_evaluates_and_serves_the_trained_weights(server, tmp_path
         if "sampling/importance_sampling_ratio/mean" in h
     ]
     assert len(ratios) == 2 and all(abs(r - 1) < 1e-3 for r in ratios)
-    engine, trained, initial = _logprobs_now(server, checkpoint)
+    engine, trained, initial, edge = _logprobs_now(server, checkpoint)
+    # at the model's context through the server too (it refused prompt + max_tokens past it)
+    assert edge["limit"] == 1024 and edge["near"][0] <= 4 and edge["past"] == [0, False, ""]
     assert len(engine) > 50
     assert max(_gaps([engine], [trained])) < LOGPROB_TOL
     assert sum(_gaps([engine], [initial])) / len(engine) > 100 * LOGPROB_TOL

@@ -82,6 +82,13 @@ def _vllm(g: GenerationConfig, stages: list[str]) -> None:
             f"generation.vllm_cpu_kv_cache_gb={g.vllm_cpu_kv_cache_gb} must be a whole number of GiB >= 1, "
             "or null (sized from the run)"
         )
+    if g.backend == "vllm_colocate" and build == "cpu" and world_size() > 1:
+        # grpo builds that engine for one process (external_launcher, a world of one); TRL's
+        # per-rank engines, which share the launcher's world, are the CUDA build's
+        reject(
+            "generation=vllm_colocate on vLLM's CPU build runs in one process: launch without torchrun / "
+            "accelerate, or use generation=hf (data parallel on CPU) or generation=vllm_server"
+        )
     if "train" in stages and build == "cuda" and not has_cuda_gpu():
         # the CUDA build of vLLM runs nothing here; its CPU build trains (weights by reload)
         reject(

@@ -25,6 +25,7 @@ Importing this module is light: vllm and trl load when a backend is built.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -39,6 +40,8 @@ from grpo.trl_adapter.internals import VllmEngine, vllm_logprobs, vllm_server_cl
 
 # the engine of the last GRPOTrainer built with vLLM in this process (see use_trainer_engine)
 _TRAINER_ENGINE: dict[str, Any] = {}
+# the context lengths whose cut turns were said (VLLMBackend._say_context)
+_SAID_CONTEXT: set[int | None] = set()
 
 
 class VLLMBackend(ChatTokenizerSide):
@@ -67,6 +70,7 @@ class VLLMBackend(ChatTokenizerSide):
         if not ids:
             raise ValueError("the vLLM backend needs at least one EOS token id")
         self.eos_token_ids = frozenset(ids)
+        self._max_model_len: int | None | bool = False  # False: not asked yet
 
     @property
     def server_url(self) -> str | None:
@@ -86,14 +90,59 @@ class VLLMBackend(ChatTokenizerSide):
         for r in requests:
             if not r.prompt_ids:
                 raise ValueError("the vLLM backend needs non-empty prompt_ids in every request")
-        if self.llm is not None:
-            ids, logprobs = self._generate_colocate(requests, sampling)
-        else:
-            ids, logprobs = self._generate_server(requests, sampling)
+        # vLLM refuses a request past the model's context (the hf engine runs on past it): a turn
+        # gets at most the room its conversation has left, and none at all is an empty, cut turn
+        caps = [self._room(r) for r in requests]
+        sent = [i for i, cap in enumerate(caps) if cap > 0]
+        if len(sent) < len(requests) or any(caps[i] < requests[i].max_new_tokens for i in sent):
+            self._say_context()
+        ids: list[list[int]] = [[] for _ in requests]
+        logprobs: list[list[float]] = [[] for _ in requests]
+        if sent:
+            chosen = [dataclasses.replace(requests[i], max_new_tokens=caps[i]) for i in sent]
+            if self.llm is not None:
+                got = self._generate_colocate(chosen, sampling)
+            else:
+                got = self._generate_server(chosen, sampling)
+            for i, tokens, lps in zip(sent, *got, strict=True):
+                ids[i], logprobs[i] = tokens, lps
         return [
-            self._result(tokens, lps, r.max_new_tokens)
-            for tokens, lps, r in zip(ids, logprobs, requests, strict=True)
+            self._result(tokens, lps, min(r.max_new_tokens, cap) if cap > 0 else 0)
+            for tokens, lps, r, cap in zip(ids, logprobs, requests, caps, strict=True)
         ]
+
+    # ---- the model's context ------------------------------------------------------------------
+    @property
+    def max_model_len(self) -> int | None:
+        """The engine's context length (vLLM's max_model_len): the colocated engine's own, a
+        server's from its /server_info route (None when it does not say: no cap)."""
+        if self._max_model_len is False:
+            value = None
+            try:
+                if self.llm is not None:
+                    value = int(self.llm.llm_engine.model_config.max_model_len)
+                else:
+                    value = int(self.client.get_server_info()["model_config"]["max_model_len"])
+            except Exception:  # noqa: BLE001 - a server without its development routes: no cap
+                value = None
+            self._max_model_len = value
+        return self._max_model_len
+
+    def _room(self, r: GenRequest) -> int:
+        limit = self.max_model_len
+        if limit is None:
+            return int(r.max_new_tokens)
+        return min(int(r.max_new_tokens), limit - len(r.prompt_ids or ()))
+
+    def _say_context(self) -> None:
+        if self.max_model_len not in _SAID_CONTEXT:  # once per process and context length
+            _SAID_CONTEXT.add(self.max_model_len)
+            print(
+                f"[generation] note: conversations reached the model's context ({self.max_model_len} tokens, "
+                "vLLM's max_model_len): their turns are cut there (counted as cut, the episode truncated)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _sampling_kwargs(self, sampling: Sampling) -> dict[str, Any]:
         return {
@@ -141,16 +190,30 @@ class VLLMBackend(ChatTokenizerSide):
             extra["seed"] = int(sampling.seed)
         # The server takes one max_tokens per call: ask for the largest budget and cut each
         # conversation at its own (sampling is left to right, so the first k tokens of a longer
-        # sample are distributed exactly like a sample capped at k).
-        out = self.client.generate(
-            prompts=[list(r.prompt_ids or ()) for r in requests],
-            n=1,
-            max_tokens=max(int(r.max_new_tokens) for r in requests),
-            generation_kwargs=extra,
-            **kwargs,
-        )
-        ids = [list(seq) for seq in out["completion_ids"]]
-        return ids, _sampled_logprobs(ids, out.get("logprobs"), out.get("logprob_token_ids"))
+        # sample are distributed exactly like a sample capped at k). It refuses a prompt whose
+        # length plus max_tokens passes the model's context: conversations with less room than
+        # the largest budget go in calls of their own, one per room.
+        ids: list[list[int]] = [[] for _ in requests]
+        logprobs: list[list[float]] = [[] for _ in requests]
+        largest = max(int(r.max_new_tokens) for r in requests)
+        groups: dict[int, list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault(
+                largest if self.max_model_len is None else min(largest, self._room(r)), []
+            ).append(i)
+        for max_tokens, members in groups.items():
+            out = self.client.generate(
+                prompts=[list(requests[i].prompt_ids or ()) for i in members],
+                n=1,
+                max_tokens=max_tokens,
+                generation_kwargs=extra,
+                **kwargs,
+            )
+            got = [list(seq) for seq in out["completion_ids"]]
+            lps = _sampled_logprobs(got, out.get("logprobs"), out.get("logprob_token_ids"))
+            for i, tokens, lp in zip(members, got, lps, strict=True):
+                ids[i], logprobs[i] = tokens, lp
+        return ids, logprobs
 
     def _result(self, ids: list[int], logprobs: list[float], limit: int) -> GenResult:
         ids, logprobs = ids[:limit], logprobs[:limit]

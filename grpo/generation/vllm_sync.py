@@ -23,6 +23,7 @@ reload leaves its LM head unloaded).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 from collections.abc import Callable
@@ -55,11 +56,28 @@ class ReloadedColocated:
         reload_colocated(self.llm, self._model())
 
 
+class _RotaryNotice(logging.Filter):
+    """Drops vLLM's warning `RotaryEmbedding: Failed to load weights` at every reload: a rotary
+    embedding has no weights in a checkpoint (its table is computed, and kept); the same warning
+    about any other layer still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.args and record.args[0] == "RotaryEmbedding" and "Failed to load" in str(record.msg)
+        )
+
+
+_ROTARY_NOTICE = _RotaryNotice()
+
+
 def reload_colocated(llm: Any, model: Any) -> None:
     """Load the policy's current weights (a LoRA adapter merged in) into a colocated vLLM engine
     through vLLM's reload, then drop its prefix cache (computed with the old weights)."""
     from grpo.models.weights import plain_state_dict
 
+    layerwise = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if _ROTARY_NOTICE not in layerwise.filters:
+        layerwise.addFilter(_ROTARY_NOTICE)
     state = plain_state_dict(model)
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state.items())})
     llm.reset_prefix_cache()

@@ -48,6 +48,24 @@ def episodes(rollouts: list[Any]) -> list[dict[str, Any]]:
     ]
 
 
+def sampled_episodes(
+    env: Any, backend: Any, rows: int, rollouts: int, seed: int, max_tokens: int
+) -> list[dict[str, Any]]:
+    """`episodes` of seeded rollouts (temperature 1) through `backend` on the env's first eval rows."""
+    from grpo.generation import Sampling
+    from grpo.rollout import run_rollouts
+
+    done = run_rollouts(
+        env,
+        env.rows("eval", rows),
+        backend,
+        rollouts_per_row=rollouts,
+        sampling=Sampling(temperature=1.0, max_tokens_per_turn=max_tokens, seed=seed),
+        max_completion_tokens=400,
+    )
+    return episodes(done)
+
+
 def model_logprobs(model: Any, episode: dict[str, Any]) -> list[float]:
     """Teacher-forced log-probs of the model's own tokens of an episode (env tokens left out)."""
     every = logprobs_of(model, episode["prompt_ids"], episode["completion_ids"])
@@ -89,15 +107,35 @@ def parity(overrides: list[str]) -> dict[str, Any]:
         max_completion_tokens=200,
     )
     out["big_batch"] = {"rollouts": len(big), "prompt_tokens": sum(len(r.prompt_ids) for r in big)}
+    out["context"] = context_edge(backend, sampling)
     return out
+
+
+def context_edge(backend: Any, sampling: Any) -> dict[str, Any]:
+    """Two requests at the model's context: 4 tokens of room left, and none: the tokens each got
+    and whether it finished (vLLM refuses a prompt past max_model_len)."""
+    from grpo.generation import GenRequest
+
+    limit = backend.max_model_len
+    near, past = backend.generate(
+        [
+            GenRequest(max_new_tokens=64, prompt_ids=[65] * (limit - 4)),
+            GenRequest(max_new_tokens=64, prompt_ids=[65] * (limit + 3)),
+        ],
+        sampling,
+    )
+    return {
+        "limit": limit,
+        "near": [len(near.token_ids), near.finished],
+        "past": [len(past.token_ids), past.finished, past.text],
+    }
 
 
 def train(overrides: list[str], run_dir: Path) -> dict[str, Any]:
     from grpo.compose import load_settings
     from grpo.envs import build_env
-    from grpo.generation import Sampling, make_backend
+    from grpo.generation import make_backend
     from grpo.models import load_policy
-    from grpo.rollout import run_rollouts
     from grpo.train.trainer import train as train_policy
 
     cfg = load_settings(["+env=alphabet_sort", "generation=vllm_colocate", *overrides])
@@ -105,15 +143,7 @@ def train(overrides: list[str], run_dir: Path) -> dict[str, Any]:
     initial, _ = load_policy(cfg.model)
     result = train_policy(cfg, env, run_dir)
     backend = make_backend(cfg.generation, result.model, result.tokenizer, cfg.model)  # the trainer's engine
-    rollouts = run_rollouts(
-        env,
-        env.rows("eval", 4),
-        backend,
-        rollouts_per_row=2,
-        sampling=Sampling(temperature=1.0, max_tokens_per_turn=cfg.generation.max_tokens_per_turn, seed=3),
-        max_completion_tokens=400,
-    )
-    eps = episodes(rollouts)
+    eps = sampled_episodes(env, backend, 4, 2, seed=3, max_tokens=cfg.generation.max_tokens_per_turn)
     history = [h for h in result.log_history if "sampling/importance_sampling_ratio/mean" in h]
     return {
         "global_step": result.global_step,

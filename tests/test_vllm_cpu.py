@@ -76,6 +76,19 @@ def _own(episode: dict, key: str = "logprobs") -> list[float]:
     return [lp for lp, own in zip(episode[key], episode["env_mask"], strict=True) if own]
 
 
+def _final_checkpoint(root: Path) -> Path:
+    """checkpoint-2 of the one run under `root` (the runs here train 2 steps)."""
+    (run,) = [p for p in (root / "runs").glob("*/*") if (p / "checkpoints").is_dir()]
+    return run / "checkpoints" / "checkpoint-2"
+
+
+def _is_ratios(checkpoint: Path) -> list[float]:
+    """TRL's mean sampler/trainer probability ratio of each logged step up to `checkpoint`."""
+    history = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
+    key = "sampling/importance_sampling_ratio/mean"
+    return [h[key] for h in history if key in h]
+
+
 def _gaps(a: list[list[float]], b: list[list[float]]) -> list[float]:
     out = []
     for x, y in zip(a, b, strict=True):
@@ -148,15 +161,7 @@ def test_the_readme_command_trains_a_bfloat16_policy_and_evaluates_it(tmp_path):
         x for x in done.stderr.splitlines() if x.startswith("[generation] vLLM's CPU build, colocated:")
     ]
     assert "VLLM_CPU_KVCACHE_SPACE=1 (GiB for the KV cache: 8 conversations x 2048 tokens)" in said
-    (run,) = [p for p in (tmp_path / "runs").glob("*/*") if (p / "checkpoints").is_dir()]
-    history = json.loads((run / "checkpoints" / "checkpoint-2" / "trainer_state.json").read_text())[
-        "log_history"
-    ]
-    ratios = [
-        h["sampling/importance_sampling_ratio/mean"]
-        for h in history
-        if "sampling/importance_sampling_ratio/mean" in h
-    ]
+    ratios = _is_ratios(_final_checkpoint(tmp_path))
     # bfloat16 on both sides: the same model, up to bfloat16's own rounding of the two kernels
     assert len(ratios) == 2 and all(abs(r - 1) < 5e-3 for r in ratios), ratios
 
@@ -265,14 +270,8 @@ def test_server_trains_evaluates_and_serves_the_trained_weights(server, tmp_path
     assert "takes the trainer's weights from a file after each step" in done.stderr
     assert "samples in" not in done.stderr  # the documented command serves the trainer's dtype
     assert "--- Evaluation (final) ---" in done.stdout and "(vllm_server)" in done.stdout
-    (run,) = [p for p in (tmp_path / "runs").glob("*/*") if (p / "checkpoints").is_dir()]
-    checkpoint = run / "checkpoints" / "checkpoint-2"
-    history = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
-    ratios = [
-        h["sampling/importance_sampling_ratio/mean"]
-        for h in history
-        if "sampling/importance_sampling_ratio/mean" in h
-    ]
+    checkpoint = _final_checkpoint(tmp_path)
+    ratios = _is_ratios(checkpoint)
     assert len(ratios) == 2 and all(abs(r - 1) < 1e-3 for r in ratios)
     engine, trained, initial, edge = _logprobs_now(server, checkpoint)
     # at the model's context through the server too (it refused prompt + max_tokens past it)

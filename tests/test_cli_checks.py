@@ -17,6 +17,7 @@ from grpo.config import LR_SCHEDULERS
 from grpo.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
+SFT = REPO / "grpo" / "assets" / "small_alphabet_sort_sft"  # a model dir (config.json, tokenizer)
 
 # (overrides after +env=..., text the one-line error must contain)
 RULES = [
@@ -70,8 +71,14 @@ RULES = [
     (["generation=openai", "generation.model=m"], "generation=openai is evaluation only"),
     (["resume=/nonexistent/run"], "resume=/nonexistent/run: no such directory"),
     (["resume=/tmp", "stages=[eval]"], "resume=/tmp needs a training stage"),
-    # a path on random weights would be silently ignored
-    (["model.path=/data/Qwen3-0.6B"], "model.path=/data/Qwen3-0.6B is not used with model.source=random"),
+    # a model dir on random weights would be silently ignored
+    ([f"model.path={SFT}"], f"model.path={SFT} is not used with model.source=random"),
+    # a folder that cannot load: the folder is named, whichever source was asked for
+    (["model.path=/data/Qwen3-0.6B"], "model.path='/data/Qwen3-0.6B' does not exist"),
+    (
+        ["model.source=pretrained", f"model.path={REPO / 'grpo'}"],
+        f"model.path='{REPO / 'grpo'}' is a folder with no config.json",
+    ),
     (
         ["model=qwen2_5_0_5b_instruct", "model.path=null"],
         "model.path is required for model.source=pretrained",
@@ -81,8 +88,8 @@ RULES = [
     (["language.sort_key=xx"], "language.sort_key: 'xx' is not one of codepoint, icu, icu_reading"),
     (["language=mix", "language.members=[en,xx]"], "language.mix.xx: unknown language"),
     (
-        ["stages=[reward_model]", "reward_model.backbone.path=/data/rm"],
-        "reward_model.backbone.path=/data/rm is not used with reward_model.backbone.source=random",
+        ["stages=[reward_model]", f"reward_model.backbone.path={SFT}"],
+        f"reward_model.backbone.path={SFT} is not used with reward_model.backbone.source=random",
     ),
 ]
 
@@ -157,6 +164,28 @@ def test_real_process_exits_2_with_one_line(overrides, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert proc.stdout == ""
     assert not (tmp_path / "runs").exists()  # nothing ran, nothing was written
+
+
+@pytest.mark.parametrize("source", ["pretrained", "random"])
+def test_an_empty_model_folder_is_refused_before_anything_is_written(source, tmp_path):
+    """A model.path that cannot load is a preflight error naming the folder and what it lacks,
+    whichever model.source: no run folder, no MLflow store or run (the default tracking=mlflow)."""
+    empty = tmp_path / "my-model"
+    empty.mkdir()
+    root = tmp_path / "out"
+    proc = run_grpo(
+        ["+env=alphabet_sort", f"model.source={source}", f"model.path={empty}", "tracking=mlflow"],
+        root=root,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"error: model.path='{empty}' is an empty folder with no config.json; it must be a model dir "
+        "written by save_pretrained or a grpo run folder (outputs/runs/<date>/<time>)"
+    ]
+    assert not root.exists()  # nothing written: no runs/, no mlflow.db
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my-model"]
 
 
 @pytest.mark.parametrize(

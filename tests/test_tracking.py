@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.grpo_process import run_grpo
 from helpers.mlflow_server import MlflowServer
 from mlflow import MlflowClient
 
@@ -258,6 +259,33 @@ def test_an_exception_marks_the_run_failed_and_propagates(root):
     assert run.info.status == "FAILED"
     assert run.data.tags["grpo.error"] == "RuntimeError: loss is NaN"
     assert run.data.metrics["train/reward"] == 0.5  # what was logged before the failure stays
+
+
+def test_a_start_refused_after_the_run_opened_leaves_no_run_and_no_folder(tmp_path, empty_store):
+    """`python -m grpo` with a model dir that passes the preflight (its files are there) but cannot
+    load (an empty config.json): one line, exit 2, no run in the runs table, no run folder."""
+    root = tmp_path / "out"
+    root.mkdir()
+    shutil.copy(empty_store, root / "mlflow.db")
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    for name in ("config.json", "tokenizer_config.json"):
+        (broken / name).write_text("{}", encoding="utf-8")
+    proc = run_grpo(
+        ["+env=alphabet_sort", "model.source=pretrained", f"model.path={broken}", "tracking=mlflow"],
+        root=root,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and f"model.path='{broken}'" in errors[0], proc.stderr
+    assert "mlflow: run " in proc.stdout and "removed (the start was refused" in proc.stdout
+    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+    experiments = client.search_experiments()
+    assert client.search_runs([e.experiment_id for e in experiments]) == []  # none, FAILED or other
+    assert not (root / "runs").exists()  # the run folder Hydra claimed went too
+    assert list(root.rglob("config.yaml")) == []  # and the run's artifacts
 
 
 def test_ctrl_c_marks_the_run_killed(root):

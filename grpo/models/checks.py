@@ -10,6 +10,7 @@ import importlib.metadata
 
 from grpo.config import DTYPES, MODEL_SOURCES, ModelConfig, RewardModelBackboneConfig, TrainerConfig
 from grpo.errors import reject
+from grpo.models.loading import MODEL_FILES, TOKENIZER_FILES, local_dir_problem
 
 
 def weights_source(block: str, m: ModelConfig | RewardModelBackboneConfig) -> None:
@@ -18,6 +19,21 @@ def weights_source(block: str, m: ModelConfig | RewardModelBackboneConfig) -> No
         reject(f"{block}.source='{m.source}' is not one of {', '.join(MODEL_SOURCES)}")
     if m.source == "pretrained" and not m.path:
         reject(f"{block}.path is required for {block}.source=pretrained: a hub id or a local dir")
+    # a local folder that cannot load: said before anything starts (a tracked run, a run folder),
+    # naming the folder and what it lacks, whichever source was asked for
+    if m.path and (problem := local_dir_problem(f"{block}.path", str(m.path), MODEL_FILES, "model")):
+        reject(problem)
+    if m.tokenizer and (
+        problem := local_dir_problem(f"{block}.tokenizer", m.tokenizer, TOKENIZER_FILES, "tokenizer")
+    ):
+        reject(problem)
+    if (
+        block == "model"  # the policy's tokenizer comes from its path (the RM backbone's may be trained)
+        and m.source == "pretrained"
+        and not m.tokenizer
+        and (problem := local_dir_problem(f"{block}.path", str(m.path), TOKENIZER_FILES, "tokenizer"))
+    ):
+        reject(problem)
     if m.source == "random" and m.path:
         # random weights are built from `architecture`: a path would be silently ignored
         reject(

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+# the files a model dir / a tokenizer dir has (save_pretrained writes them)
+MODEL_FILES = ("config.json",)
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
 # org/name as the hub spells repo ids; anything else that is not an existing dir is a bad local path
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 
@@ -99,21 +102,34 @@ def _unreachable_error(field: str, path: str) -> UserError:
     )
 
 
+def local_dir_problem(field: str, path: str, required: Sequence[str], what: str) -> str | None:
+    """What keeps a local `path` from loading as a `what` dir (one line: the folder, what it
+    lacks), None when it has one of the `required` files or is a hub id. Light: files only, so the
+    preflight says it before anything starts."""
+    if not _is_local(path):
+        return None
+    local = Path(path).expanduser()
+    if not local.exists():
+        return f"{field}={path!r} does not exist; set it to a local dir or a hub id like Qwen/Qwen3-0.6B"
+    if not local.is_dir():
+        return f"{field}={path!r} is a file; it must be a dir written by save_pretrained"
+    if not any((local / name).is_file() for name in required):
+        state = "is an empty folder" if not any(local.iterdir()) else "is a folder"
+        run = " or a grpo run folder (outputs/runs/<date>/<time>)" if field == "model.path" else ""
+        return (
+            f"{field}={path!r} {state} with no {' or '.join(required)}; it must be a {what} dir written by "
+            f"save_pretrained{run}"
+        )
+    return None
+
+
 def _check_source(field: str, path: str, required: Sequence[str], what: str) -> str:
     """Fail fast, in one line, on a path that cannot work. Returns the path to hand to from_pretrained."""
+    problem = local_dir_problem(field, path, required, what)
+    if problem is not None:
+        raise UserError(problem)
     if _is_local(path):
-        local = Path(path).expanduser()
-        if not local.exists():
-            raise UserError(
-                f"{field}={path!r} does not exist; set it to a local dir or a hub id like Qwen/Qwen3-0.6B"
-            )
-        if not local.is_dir():
-            raise UserError(f"{field}={path!r} is a file; it must be a dir written by save_pretrained")
-        if not any((local / name).is_file() for name in required):
-            raise UserError(
-                f"{field}={path!r} has no {' or '.join(required)}; it must be a {what} dir written by save_pretrained"
-            )
-        return str(local)
+        return str(Path(path).expanduser())
     if not _hub_cached(path, required[0]) and _hub_unreachable():
         raise _unreachable_error(field, path)
     return path
@@ -166,7 +182,7 @@ def load_tokenizer(model_cfg: WeightsConfig, padding_side: str = "left") -> PreT
         return tiny_tokenizer(padding_side)
     if path is None:
         path, field = str(model_cfg.path), "model.path"
-    target = _check_source(field, path, ("tokenizer_config.json", "tokenizer.json"), "tokenizer")
+    target = _check_source(field, path, TOKENIZER_FILES, "tokenizer")
 
     from transformers import AutoTokenizer
 
@@ -196,7 +212,7 @@ def load_policy(
         return _with_adapter(model, tokenizer, model_cfg) if model_cfg.adapter else (model, tokenizer)
 
     path = str(model_cfg.path)
-    target = _check_source("model.path", path, ("config.json",), "model")
+    target = _check_source("model.path", path, MODEL_FILES, "model")
     from transformers import AutoModelForCausalLM
 
     try:

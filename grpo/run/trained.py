@@ -42,8 +42,8 @@ class TrainedModel:
     step: int
     model: ModelConfig
 
-    def line(self) -> str:
-        """The one line saying what is evaluated."""
+    def line(self, verb: str = "evaluating") -> str:
+        """The one line saying what is evaluated (`verb`: what is done with it, e.g. "serving")."""
         where = (
             self.checkpoint.relative_to(self.run_dir)
             if self.checkpoint.is_relative_to(self.run_dir)
@@ -55,7 +55,7 @@ class TrainedModel:
                 f"model.path={self.given}: checkpoint of the grpo run {self.run_dir} (step {self.step}{lora})"
             )
         return (
-            f"model.path={self.given}: a grpo run folder; evaluating its {self.which} checkpoint {where} "
+            f"model.path={self.given}: a grpo run folder; {verb} its {self.which} checkpoint {where} "
             f"(step {self.step}{lora})"
         )
 
@@ -137,9 +137,9 @@ def _pick(m: ModelConfig, run_dir: Path) -> tuple[Path, int]:
     return latest.resolve(), checkpoint_step(latest) or 0
 
 
-def _run_base_model(run_dir: Path) -> ModelConfig:
-    """The weights a LoRA run trained its adapter on: its sft/ model when it ran the SFT stage,
-    else its own model settings (random weights are rebuilt from their seed)."""
+def saved_model(run_dir: Path) -> ModelConfig:
+    """The model settings a run ran with (its saved config); a damaged or foreign one is a
+    UserError (one line)."""
     from omegaconf import OmegaConf
 
     from grpo.files import register_resolvers
@@ -149,9 +149,16 @@ def _run_base_model(run_dir: Path) -> ModelConfig:
     try:
         saved = OmegaConf.load(layout.saved_config)
         node = OmegaConf.to_container(saved.model, resolve=True)
-        base: ModelConfig = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), node))
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), node))
     except Exception as ex:  # noqa: BLE001 - a damaged or foreign config: said in one line
         raise UserError(f"{layout.saved_config}: cannot read the run's model settings ({ex})") from None
+
+
+def _run_base_model(run_dir: Path) -> ModelConfig:
+    """The weights a LoRA run trained its adapter on: its sft/ model when it ran the SFT stage,
+    else its own model settings (random weights are rebuilt from their seed)."""
+    layout = RunLayout(run_dir)
+    base = saved_model(run_dir)
     if (layout.sft / SFT_META_FILE).is_file():
         base = dataclasses.replace(base, source="pretrained", path=str(layout.sft), tokenizer=None)
     return dataclasses.replace(base, lora=dataclasses.replace(base.lora, enabled=False))

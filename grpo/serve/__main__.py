@@ -1,11 +1,12 @@
 """`python -m grpo.serve model=... [serve.KEY=VALUE ...]`: serve a policy (a checkpoint grpo
 trained, or any model preset) on the policy server until Ctrl-C / SIGTERM.
 
-    python -m grpo.serve model=qwen3_0_6b model.path=outputs/runs/<day>/<time>/final serve.port=8000
+    python -m grpo.serve model=qwen3_0_6b model.path=outputs/runs/<day>/<time> serve.port=8000
     vf-eval <env> -b http://127.0.0.1:8000/v1 -m <model name>        # any OpenAI-compatible harness
 
 The model loads as `python -m grpo` loads the policy (model.*, LoRA adapters merged as the
-trainer saved them); generation=hf. The settings are `serve.*` (grpo/config.py ServeConfig).
+trainer saved them); generation=hf. model.path=<a grpo run folder> serves its final checkpoint
+(model.checkpoint=best: its best), said in one line, as `python -m grpo stages=[eval]` does. The settings are `serve.*` (grpo/config.py ServeConfig).
 A bad override or setting is one line and exit 2; Ctrl-C stops the server and exits 0.
 
 A training run with generation.num_batches_ahead > 0 starts it as its generator
@@ -23,7 +24,10 @@ from collections.abc import Sequence
 
 from grpo.errors import UserError, fail
 
-USAGE = "usage: python -m grpo.serve model=NAME [model.path=DIR] [serve.port=8000] [serve.host=...] [serve.api_key_var=VAR]"
+USAGE = (
+    "usage: python -m grpo.serve model=NAME [model.path=DIR or a grpo run folder] [model.checkpoint=final|best] "
+    "[serve.port=8000] [serve.host=...] [serve.api_key_var=VAR]"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -56,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def _start(overrides: list[str]):
     from grpo.compose import load_settings, one_line
+    from grpo.run.trained import resolve_trained_model, saved_model
 
     try:
         settings = load_settings(overrides)
@@ -63,6 +68,10 @@ def _start(overrides: list[str]):
         raise
     except Exception as ex:  # Hydra's override and composition errors
         raise UserError(f"{one_line(ex)}\n{USAGE}") from None
+    # model.path=<run folder>: the checkpoint an evaluation of the run would load
+    settings, trained = resolve_trained_model(settings)
+    if trained is not None:
+        print(trained.line("serving"), flush=True)
     cfg = settings.serve
     if settings.generation.backend != "hf":
         raise UserError(
@@ -107,7 +116,9 @@ def _start(overrides: list[str]):
     import torch
 
     torch.manual_seed(int(settings.seed))  # unseeded requests draw from this stream
-    name = cfg.model_name or settings.model.name or "grpo-policy"
+    # a run folder's checkpoint: the id of the model the run trained (its saved model.name)
+    trained_name = saved_model(trained.run_dir).name if trained is not None else None
+    name = cfg.model_name or trained_name or settings.model.name or "grpo-policy"
     server = PolicyServer(
         backend, model_name=str(name), host=cfg.host, port=int(cfg.port), api_key=key, limits=limits
     ).start()

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -29,6 +30,7 @@ from types import TracebackType
 from typing import Any
 
 from grpo.config import GrpoConfig, TrackingConfig
+from grpo.errors import UserError
 from grpo.files import read_jsonl, write_json_atomic
 from grpo.run.interrupt import signals_held
 from grpo.run.layout import RunLayout
@@ -41,6 +43,7 @@ from grpo.tracking.store import (
     artifact_location,
     experiment_url,
     get_or_create_experiment,
+    local_artifact_dir,
     make_client,
     metric_curve,
     run_url,
@@ -107,6 +110,9 @@ class MlflowTracker(Tracker):
         self._system: Any = None
         # the run's writes while the store is unreachable (grpo/tracking/spool.py)
         self.spool = Spool(self.run_dir, self.uri)
+        # whether the run logged anything beyond its config (metrics, artifacts): a start refused
+        # before that leaves no run behind (`_forget_refused`)
+        self._has_results = False
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -195,6 +201,8 @@ class MlflowTracker(Tracker):
     ) -> bool:
         if self.run_id is None and not self.spool.pending:
             return False
+        if self._forget_refused(exc):
+            return False
         status = _status(exc)
         cut: KeyboardInterrupt | None = None
         try:
@@ -217,6 +225,31 @@ class MlflowTracker(Tracker):
         if cut is not None and exc is None:
             raise cut
         return False
+
+    def _forget_refused(self, exc: BaseException | None) -> bool:
+        """A new run (not resumed, not a sweep's job) refused with a UserError before it logged any
+        result: its MLflow run is deleted and its run file removed, so the refusal leaves no FAILED
+        run in the runs table (the refusal's line says why). Returns whether it was forgotten."""
+        if not isinstance(exc, UserError) or self._has_results or self.resumed or self.run_id is None:
+            return False
+        job = current_job()
+        if job is not None and job.multirun:
+            return False  # a sweep's failed job stays visible beside the others
+        if self._system is not None:
+            system, self._system = self._system, None
+            best_effort_finish(system)
+        try:
+            artifacts = with_retry(self.client.get_run, self.run_id).info.artifact_uri
+            with_retry(self.client.delete_run, self.run_id)
+        except Exception as ex:  # noqa: BLE001 - the store is away: the run is closed as usual
+            log.warning("MLflow: could not remove the refused run %s: %s", self.run_id, ex)
+            return False
+        local = local_artifact_dir(artifacts)
+        if local is not None:  # its config.yaml (a server's artifacts are the server's to collect)
+            shutil.rmtree(local.parent if local.name == "artifacts" else local, ignore_errors=True)
+        RunLayout(self.run_dir).mlflow_run.unlink(missing_ok=True)
+        print(f"mlflow: run {self.run_id} removed (the start was refused before it logged anything)")
+        return True
 
     def _end_of_run(self, exc: BaseException | None, status: str) -> None:
         """What a run logs as it ends, before its status: the system metrics' last samples, how
@@ -271,6 +304,7 @@ class MlflowTracker(Tracker):
         # interrupted process logged for them stay (MLflow cannot delete metric points)
         entities = [m for m in entities if m.step > self._logged.get(m.key, -1)]
         if entities:
+            self._has_results = True
             self._write("metrics", metrics=[[m.key, m.value, m.timestamp, m.step] for m in entities])
         self._last_step = max(self._last_step, int(step))
 
@@ -348,6 +382,7 @@ class MlflowTracker(Tracker):
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or a directory (its contents) as artifacts of the run."""
+        self._has_results = True
         self._write("artifact", path=str(Path(path)), artifact_path=artifact_path)
 
     def log_tags(self, tags: Mapping[str, Any]) -> None:

@@ -169,6 +169,14 @@ def artifact_location(tracking: TrackingConfig, uri: str, experiment: str) -> st
     return (db.parent / ARTIFACTS_DIR / experiment).as_uri()
 
 
+def local_artifact_dir(artifact_uri: str | None) -> Path | None:
+    """The folder on this machine a run's artifact URI names (file:// or a plain path), else None
+    (a server's mlflow-artifacts:, s3:, ...)."""
+    if not artifact_uri or urlparse(artifact_uri).scheme not in ("", "file"):
+        return None
+    return Path(unquote(urlparse(artifact_uri).path))
+
+
 # ---- robust calls ---------------------------------------------------------------------------------
 
 

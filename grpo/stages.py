@@ -190,6 +190,8 @@ def run_stages(
             line += f"; best checkpoint (step {results.train.best.global_step}) {evals['best'].mean:.4f}"
         print(line)
         print(change.verdict())
+    for line in run.tracker.where():  # last: the run page, not scrolled away by the evaluations
+        print(line)
     return results.objective
 
 

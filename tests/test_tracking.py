@@ -261,6 +261,37 @@ def test_an_exception_marks_the_run_failed_and_propagates(root):
     assert run.data.metrics["train/reward"] == 0.5  # what was logged before the failure stays
 
 
+def test_a_run_ends_with_its_page_and_links_its_readable_pages(root):
+    """The lines a run ends with name its run page, the final evaluation's and the last training
+    step's readable pages, and the command that serves them; the run page's Description links
+    each readable page (MLflow's UI renders it as markdown)."""
+    cfg = _cfg(root)
+    tracker = make_tracker(cfg, root / "run")
+    with tracker:
+        tracker.log_config(cfg)
+        tracker.log_eval("baseline", _eval_result(root / "e0", "baseline", [0.0, 1.0]))
+        tracker.log_completions(
+            {"step": [3], "prompt": ["sort b a"], "completion": ["<alphabetical_sorted>a b"], "reward": [0.5]}, 3
+        )
+        tracker.log_eval("final", _eval_result(root / "e1", "final", [1.0, 1.0]), step=3)
+    client = MlflowClient(tracking_uri(cfg))
+    run = client.get_run(tracker.run_id)
+    base = f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{tracker.run_id}"
+    query = "?workflowType=machine_learning"
+    assert tracker.where() == [
+        f"mlflow: run '{run.info.run_name}': {base}{query}",
+        f"mlflow: training: completions of the last logged step: {base}/artifacts/train/completions/step-000003.html{query}",
+        f"mlflow: final evaluation: sample rollouts: {base}/artifacts/eval/final/samples.html{query}",
+        f"mlflow: open them with: mlflow ui --backend-store-uri {tracking_uri(cfg)} (another host / port: "
+        "tracking.ui_url=URL)",
+    ]
+    note = run.data.tags["mlflow.note.content"]
+    pages = {"eval/baseline/samples.html", "train/completions/step-000003.html", "eval/final/samples.html"}
+    for page in pages:
+        assert f"(/#/experiments/{run.info.experiment_id}/runs/{tracker.run_id}/artifacts/{page}{query})" in note
+    assert pages <= _artifacts(client, tracker.run_id)  # each link names a page the run has
+
+
 def test_a_start_refused_after_the_run_opened_leaves_no_run_and_no_folder(tmp_path, empty_store):
     """`python -m grpo` with a model dir that passes the preflight (its files are there) but cannot
     load (an empty config.json): one line, exit 2, no run in the runs table, no run folder."""

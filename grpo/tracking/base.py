@@ -71,6 +71,10 @@ class Tracker:
     def finish_run(self, objective: float | None) -> None:
         """The run's objective (the last evaluation's mean reward)."""
 
+    def where(self) -> list[str]:
+        """The lines a run ends with, once its tracker closed: where its results are shown."""
+        return []
+
 
 class NullTracker(Tracker):
     """tracking=none: the same API, logs nothing and creates no store."""

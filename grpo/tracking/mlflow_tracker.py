@@ -40,13 +40,16 @@ from grpo.tracking.hydra_job import JobInfo, SweepInfo, current_job
 from grpo.tracking.render import last_user_message, render_messages, rows_html
 from grpo.tracking.spool import Spool, unreachable
 from grpo.tracking.store import (
+    artifact_anchor,
     artifact_location,
+    artifact_url,
     experiment_url,
     get_or_create_experiment,
     local_artifact_dir,
     make_client,
     metric_curve,
     run_url,
+    ui_command,
     ui_hint,
     with_retry,
 )
@@ -54,6 +57,8 @@ from grpo.tracking.store import (
 log = logging.getLogger(__name__)
 
 EVAL_PREFIX = "eval/"
+# the tag MLflow's UI shows as a run's Description (markdown)
+NOTE_TAG = "mlflow.note.content"
 # curves drawn in plots/train_curves.png, when the run logged them (val/reward: trainer.eval_steps > 0)
 TRAIN_CURVES = ("train/reward", "val/reward", "train/kl")
 # evaluations marked on its reward panels
@@ -113,6 +118,10 @@ class MlflowTracker(Tracker):
         # whether the run logged anything beyond its config (metrics, artifacts): a start refused
         # before that leaves no run behind (`_forget_refused`)
         self._has_results = False
+        # the readable pages this run wrote (title -> artifact path): linked from the run's
+        # description and from the lines the run ends with (`where`)
+        self._pages: dict[str, str] = {}
+        self._name = ""
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
@@ -146,6 +155,7 @@ class MlflowTracker(Tracker):
                 self.run_id, self.uri, self.tracking.system_metrics_interval, self.resumed
             )
         experiment = with_retry(self.client.get_experiment, self.experiment_id)
+        self._name = run.info.run_name or ""
         verb = "resumed" if self.resumed else "logging to"
         ui = self.tracking.ui_url
         print(
@@ -226,6 +236,31 @@ class MlflowTracker(Tracker):
             raise cut
         return False
 
+    def _description(self) -> str:
+        """Markdown for the run page's Description: a link to each readable page of the run."""
+        links = [
+            f"- [{title}]({artifact_anchor(str(self.experiment_id), str(self.run_id), path)})"
+            for title, path in self._pages.items()
+        ]
+        return "Readable pages of this run (also under Artifacts):\n\n" + "\n".join(links)
+
+    def where(self) -> list[str]:
+        """The lines a run ends with: its run page, its readable pages, and how to open them."""
+        if self.run_id is None:
+            return []
+        ui = self.tracking.ui_url
+        lines = [
+            f"mlflow: run '{self._name}': {run_url(self.uri, str(self.experiment_id), self.run_id, ui)}"
+        ]
+        for title, path in self._pages.items():
+            if "evaluation" not in title or title.startswith("final"):  # the final samples, the last step's
+                url = artifact_url(self.uri, str(self.experiment_id), self.run_id, path, ui)
+                lines.append(f"mlflow: {title}: {url}")
+        command = ui_command(self.uri, ui)
+        if command is not None:
+            lines.append(f"mlflow: open them with: {command} (another host / port: tracking.ui_url=URL)")
+        return lines
+
     def _forget_refused(self, exc: BaseException | None) -> bool:
         """A new run (not resumed, not a sweep's job) refused with a UserError before it logged any
         result: its MLflow run is deleted and its run file removed, so the refusal leaves no FAILED
@@ -266,6 +301,9 @@ class MlflowTracker(Tracker):
             self._log_tags({f"{P.TAG_PREFIX}error": P.tag_value(message)})
         if self.spool.pending:
             self._adopt(self.spool.replay(self.client, self.run_id))
+        if self._pages and self.run_id is not None:
+            # the run page's Description: the readable pages (the JSON tables cut long completions)
+            self._log_tags({NOTE_TAG: self._description()})
         # with calls still kept, the store lacks the run's metrics: no plots (the spool's last
         # line says the store is away)
         if self.tracking.log_plots and not self.spool.pending:
@@ -337,6 +375,7 @@ class MlflowTracker(Tracker):
                 self._write("table", data=table, artifact_file=table_file)
                 page = rows_html(table, f"{label} evaluation: {len(table['reward'])} sample rollouts")
                 self._write("text", text=page, artifact_file=f"eval/{label}/samples.html")
+                self._pages[f"{label} evaluation: sample rollouts"] = f"eval/{label}/samples.html"
 
     def _log_eval_input(self, label: str, result: Any) -> None:
         """The examples an evaluation ran on, as the run's dataset input (mlflow.data, context =
@@ -379,6 +418,7 @@ class MlflowTracker(Tracker):
             return
         self._write("table", data=dict(table), artifact_file=TABLE_FILE)
         self._write("text", text=completions_page(table, step), artifact_file=page_file(step))
+        self._pages["training: completions of the last logged step"] = page_file(step)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         """A file or a directory (its contents) as artifacts of the run."""

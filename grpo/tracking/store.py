@@ -340,13 +340,30 @@ def run_url(uri: str, experiment_id: str, run_id: str, ui_url: str | None = None
     return f"{ui_base(uri, ui_url)}/#/experiments/{experiment_id}/runs/{run_id}{UI_QUERY}"
 
 
+def artifact_url(uri: str, experiment_id: str, run_id: str, path: str, ui_url: str | None = None) -> str:
+    """The UI page showing one artifact of a run (an HTML page is rendered there)."""
+    return f"{ui_base(uri, ui_url)}{artifact_anchor(experiment_id, run_id, path)}"
+
+
+def artifact_anchor(experiment_id: str, run_id: str, path: str) -> str:
+    """The in-app part of `artifact_url` (a link in a run's description works on any host / port)."""
+    return f"/#/experiments/{experiment_id}/runs/{run_id}/artifacts/{path}{UI_QUERY}"
+
+
+def ui_command(uri: str, ui_url: str | None = None) -> str | None:
+    """The command that serves the UI of a store no server serves yet (None: a tracking server,
+    or tracking.ui_url names where the UI is)."""
+    if ui_url or urlparse(uri).scheme in ("http", "https"):
+        return None
+    return f"mlflow ui --backend-store-uri {uri}"
+
+
 def ui_hint(uri: str, ui_url: str | None = None) -> str:
     """How to open the links of a store that no server serves yet ("" for a tracking server)."""
-    if ui_url or urlparse(uri).scheme in ("http", "https"):
+    command = ui_command(uri, ui_url)
+    if command is None:
         return ""
-    return (
-        f" (serve them with: mlflow ui --backend-store-uri {uri}; another host / port: tracking.ui_url=URL)"
-    )
+    return f" (serve them with: {command}; another host / port: tracking.ui_url=URL)"
 
 
 def metric_curve(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:

@@ -101,6 +101,34 @@ def load_settings(overrides: Sequence[str] = ()) -> GrpoConfig:
     return load_run(overrides)[0]
 
 
+# OmegaConf's words for a value of the wrong type -> what the key takes, in grpo's words
+_WANTED = (("to Integer", "an integer"), ("to Float", "a number"), ("valid bool", "true or false"))
+
+
+def type_mismatch(ex: BaseException) -> str | None:
+    """One line for an override whose value does not fit the key's type (`trainer.max_steps=ten`),
+    naming the key, the value, what it takes and its current value; None for other errors."""
+    from omegaconf import ValueNode
+    from omegaconf.errors import ValidationError
+
+    seen: set[int] = set()
+    while ex is not None and id(ex) not in seen:
+        seen.add(id(ex))
+        if isinstance(ex, ValidationError) and getattr(ex, "full_key", None):
+            wanted = next((w for words, w in _WANTED if words in str(ex.msg)), None)
+            if wanted is None:
+                return None
+            value = ex.value if isinstance(ex.value, str) else repr(ex.value)
+            node = ex.child_node
+            current = node._value() if isinstance(node, ValueNode) else None
+            if isinstance(current, bool):
+                current = str(current).lower()
+            example = f" (now {current})" if isinstance(current, int | float | str) else ""
+            return f"{ex.full_key}={value}: expected {wanted}{example}"
+        ex = ex.__cause__ or ex.__context__
+    return None
+
+
 def one_line(ex: BaseException) -> str:
     """An exception and its causes as one line (Hydra and OmegaConf messages span several)."""
     parts: list[str] = []

@@ -84,6 +84,11 @@ RULES = [
         "model.path is required for model.source=pretrained",
     ),
     (["model.dtype=int8"], "model.dtype='int8' is not supported"),
+    # a value of the wrong type, in grpo's words (not OmegaConf's "could not be converted to Integer")
+    (["trainer.max_steps=ten"], "error: trainer.max_steps=ten: expected an integer (now 8)"),
+    (["generation.num_batches_ahead=one"], "generation.num_batches_ahead=one: expected an integer (now 0)"),
+    (["optimizer.lr=fast"], "optimizer.lr=fast: expected a number (now 1e-06)"),
+    (["trainer.keep_best=maybe"], "trainer.keep_best=maybe: expected true or false (now false)"),
     # the language group's rules run in the preflight too
     (["language.sort_key=xx"], "language.sort_key: 'xx' is not one of codepoint, icu, icu_reading"),
     (["language=mix", "language.members=[en,xx]"], "language.mix.xx: unknown language"),

@@ -118,7 +118,7 @@ def test_evaluated_for_real_in_two_languages(package: Path):
         "trainer.max_completion_length=16",
     )
     assert proc.returncode == 0, proc.stderr
-    (results,) = (package / "outputs").glob("runs/*/*/eval_eval/results.jsonl")
+    (results,) = (package / "outputs").glob("runs/*/*/eval/results.jsonl")
     records = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines()]
     assert len(records) == 8 and {r["language"] for r in records} == {"en", "sv"}
     for record in records:

@@ -93,7 +93,7 @@ def test_a_run_folder_is_evaluated_at_its_final_checkpoint(lora_run, tmp_path):
     assert header_model(proc.stdout, "eval") == f"model: {run_dir / 'checkpoints' / 'checkpoint-3'} (hf)"
     # the same rows, seeds and weights as the run's own final evaluation of its trained policy
     (evaluated,) = runs(tmp_path)
-    assert rewards(evaluated / "eval_eval") == rewards(run_dir / "eval_final")
+    assert rewards(evaluated / "eval") == rewards(run_dir / "eval_final")
 
 
 @pytest.mark.slow

@@ -470,7 +470,7 @@ def test_a_learned_reward_model_gets_its_score_column(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_stages(cfg, run_dir=run_dir)
     assert (run_dir / "reward_model" / RM_META_FILE).is_file()
-    records = read_results(run_dir / "eval_eval" / RESULTS_FILE)
+    records = read_results(run_dir / "eval" / RESULTS_FILE)
     scorer = RewardModelScorer(str(run_dir / "reward_model"))
     prompts, languages = [r["prompt"] for r in records], [r["language"] for r in records]
     scores = scorer.normalized(prompts, [r["completion"] for r in records], languages)
@@ -481,7 +481,7 @@ def test_a_learned_reward_model_gets_its_score_column(tmp_path: Path) -> None:
     expected = [min(s, ref) for s, ref in zip(scores, references, strict=True)]
     assert [r["reward_model"] for r in records] == pytest.approx(expected)
     assert any(not 0.0 <= v <= 1.0 for v in expected)  # unclipped
-    meta = json.loads((run_dir / "eval_eval" / METADATA_FILE).read_text(encoding="utf-8"))
+    meta = json.loads((run_dir / "eval" / METADATA_FILE).read_text(encoding="utf-8"))
     assert meta["scores"]["reward_model"]["per_language"]["en"] == pytest.approx(statistics.fmean(expected))
     assert "reward_model" not in meta["per_function"]
 

@@ -108,7 +108,7 @@ def test_push_offline_is_one_line_and_keeps_the_local_files(tmp_path: Path) -> N
     assert "eval.push_to_hub=someone/grpo-eval: could not push the eval evaluation" in last, proc.stderr[
         -2000:
     ]
-    (eval_dir,) = tmp_path.glob("runs/*/*/eval_eval")
+    (eval_dir,) = tmp_path.glob("runs/*/*/eval")
     assert f"it is saved in {eval_dir / DATASET_DIR}" in last
     records = read_results(eval_dir / RESULTS_FILE)
     assert len(records) == 4 and len(load_from_disk(str(eval_dir / DATASET_DIR))) == 4

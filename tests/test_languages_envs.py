@@ -376,7 +376,7 @@ def run_eval(overrides: list[str], tmp_path: Path) -> tuple[Any, list[dict[str, 
 
     cfg = compose([*TINY_EVAL, *overrides])
     run_stages(cfg, tmp_path)
-    out = tmp_path / "eval_eval"
+    out = tmp_path / "eval"
     records = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
     meta = json.loads((out / "metadata.json").read_text(encoding="utf-8"))
     return cfg, records, meta, str(out)

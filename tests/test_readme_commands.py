@@ -59,6 +59,7 @@ NOT_HERE = {
     "accelerate launch": "another launcher (tests/test_distributed.py)",
     "torchrun": "another launcher (tests/test_distributed.py)",
     "python -m grpo.serve": "a long-running server (tests/test_serve.py runs the real command)",
+    "curl": "a request to a running grpo.serve (tests/test_evaluate_run.py serves a run folder and sends it)",
     "vf-eval": "verifiers' own CLI against a running policy server (tried by hand, docs/serving.md)",
     "python -m mkdocs": "the docs site (tests/test_docs_site.py builds it in strict mode)",
 }
@@ -215,6 +216,10 @@ def test_readme_command(command, clone, quick_runs, monkeypatch):
         if is_quick(command):
             proc = quick_runs[written]
             assert proc.returncode == 0, f"{command}\n{proc.stderr[-3000:]}"
+            if "tracking=none" not in command and "--cfg" not in command:
+                # a tracked run ends with where to see it: its run page and the command serving it
+                last = proc.stdout.strip().splitlines()[-1]
+                assert last.startswith("mlflow: open them with: mlflow ui --backend-store-uri sqlite:///"), last
             return
         multirun = args[0] in ("-m", "--multirun")
         overrides = [a for a in args if not a.startswith("-")]

@@ -85,7 +85,7 @@ def test_the_stage_logs_sft_metrics_to_the_runs_mlflow_run_and_saves_a_complete_
         assert name in meta["files"] and (out / name).is_file(), name
     assert not (run_dir / f"{SFT_DIR}.partial").exists()
     # the evaluation's header and metadata name the model it scored: the SFT model, not model=tiny
-    scored = json.loads((run_dir / "eval_eval" / METADATA_FILE).read_text())["model"]
+    scored = json.loads((run_dir / "eval" / METADATA_FILE).read_text())["model"]
     assert Path(scored["path"]) == out
 
 

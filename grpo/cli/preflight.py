@@ -21,7 +21,7 @@ from typing import NamedTuple
 from omegaconf import DictConfig
 
 from grpo.cli.suggest import closest_key, did_you_mean, unknown_key_message, unknown_keys
-from grpo.compose import compose, group_options, one_line, run_config
+from grpo.compose import compose, group_options, one_line, run_config, type_mismatch
 from grpo.config import GrpoConfig, to_settings
 from grpo.errors import EXIT_USER_ERROR, UserError, fail  # noqa: F401 - fail and EXIT_USER_ERROR are imported from here too
 from grpo.run.resume import ResumePlan
@@ -151,6 +151,9 @@ def _composition_error(ex: Exception, overrides: list[str]) -> str:
     """One line for a composition error: an unknown group option or key with its closest match."""
     from hydra.errors import MissingConfigException
 
+    mismatch = type_mismatch(ex)
+    if mismatch is not None:
+        return mismatch
     if isinstance(ex, MissingConfigException) and ex.missing_cfg_file and ex.options is not None:
         group, _, name = ex.missing_cfg_file.rpartition("/")
         options = sorted(ex.options)

@@ -17,8 +17,9 @@
       initial_model/            a random-weight policy's initial weights (TRL's reference copy)
       checkpoints/checkpoint-N/ GRPO checkpoints (grpo/run/checkpoints.py: complete ones marked)
       val/step_N/               held-out evaluations during training (results.jsonl, metadata.json)
-      eval_<label>/             evaluations: results.jsonl, metadata.json, dataset/ (baseline,
-                                final, best, eval)
+      eval_<label>/             evaluations around training: results.jsonl, metadata.json,
+                                dataset/ (baseline, final, best)
+      eval/                     the same for an evaluation alone (stages=[eval])
       lora_base/                a LoRA policy's in-memory base, saved once for its MLflow model
 
     paths = RunLayout(run_dir)
@@ -53,6 +54,8 @@ STAGE_CHECKPOINT_DIRS = {
 }
 VAL_DIR = "val"
 EVAL_DIR_PREFIX = "eval_"
+# the folder of an evaluation without training (stages=[eval])
+EVAL_DIR = "eval"
 LORA_BASE_DIR = "lora_base"
 
 # ---- inside a stage's dir -----------------------------------------------------------------------
@@ -132,8 +135,9 @@ class RunLayout:
         return self.root / STAGE_CHECKPOINT_DIRS[stage]
 
     def eval(self, label: str) -> Path:
-        """An evaluation's dir (label baseline, final, best or eval)."""
-        return self.root / f"{EVAL_DIR_PREFIX}{label}"
+        """An evaluation's dir: eval_baseline/, eval_final/, eval_best/ around training; eval/ for
+        an evaluation alone (label "eval")."""
+        return self.root / (EVAL_DIR if label == EVAL_DIR else f"{EVAL_DIR_PREFIX}{label}")
 
     def val(self, step: int) -> Path:
         """The held-out evaluation of training step `step`."""

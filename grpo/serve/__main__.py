@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _start(overrides: list[str]):
-    from grpo.compose import load_settings, one_line
+    from grpo.compose import load_settings, one_line, type_mismatch
     from grpo.run.trained import resolve_trained_model, saved_model
 
     try:
@@ -67,7 +67,7 @@ def _start(overrides: list[str]):
     except UserError:
         raise
     except Exception as ex:  # Hydra's override and composition errors
-        raise UserError(f"{one_line(ex)}\n{USAGE}") from None
+        raise UserError(f"{type_mismatch(ex) or one_line(ex)}\n{USAGE}") from None
     # model.path=<run folder>: the checkpoint an evaluation of the run would load
     settings, trained = resolve_trained_model(settings)
     if trained is not None:

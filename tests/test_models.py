@@ -339,7 +339,7 @@ def test_dir_with_tokenizer_but_no_weights_is_a_user_error(tmp_path):
     tiny_tokenizer().save_pretrained(str(tmp_path))
     with pytest.raises(UserError) as exc:
         load_policy(model_cfg("model=qwen3_0_6b", f"model.path={tmp_path}"))
-    assert "has no config.json" in _one_line(exc)
+    assert f"model.path='{tmp_path}' is a folder with no config.json" in _one_line(exc)
 
 
 def test_unreachable_hub_id_is_a_user_error():
@@ -379,11 +379,19 @@ def test_bad_model_config_is_a_user_error(overrides, needle):
     [
         (["model.source=hub"], "model.source='hub'"),
         (["model=qwen3_0_6b", "model.path=null"], "model.path is required"),
-        (["model.path=/data/qwen"], "model.path=/data/qwen is not used with model.source=random"),
+        (["model.path=/data/qwen"], "model.path='/data/qwen' does not exist"),
     ],
 )
 def test_bad_model_source_is_a_rule_error(overrides, needle):
     assert needle in rule_error(*overrides)
+
+
+def test_a_model_path_with_random_weights_is_a_rule_error(tmp_path):
+    # a folder that could load: still refused, random weights would silently ignore it
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
+    assert f"model.path={tmp_path} is not used with model.source=random" in rule_error(
+        f"model.path={tmp_path}"
+    )
 
 
 # ---------------------------------------------------------------- LoRA and import weight

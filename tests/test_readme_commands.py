@@ -97,7 +97,9 @@ README_COMMANDS = bash_commands(README.read_text(encoding="utf-8"))
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory):
     """A new user's working directory, with what the placeholders stand for: a finished run
-    folder (a real evaluation run), a reward model trained on en and sv, an SFT model dir."""
+    folder (a real evaluation run), a reward model trained on en and sv, an SFT model dir, and a
+    downloaded model's folder (its files' names only: the preflight reads no more, and what stops
+    those commands here is the GPU rule)."""
     root = tmp_path_factory.mktemp("clone")
     # the two runs side by side (they share nothing): a finished GRPO run (tracked), what resume=
     # and the MLflow sync take, and an RM trained on en and sv (untracked, in its own folder)
@@ -124,8 +126,13 @@ def clone(tmp_path_factory):
         '"language": "sv"}\n',
         encoding="utf-8",
     )
+    downloaded = root / "Qwen3-0.6B"
+    downloaded.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (downloaded / name).write_text("{}", encoding="utf-8")
     return {
         "root": root,
+        "downloaded": downloaded,
         "run": run_dir,
         "rm": root / "rm_run" / "reward_model",
         "sft": ROOT / "grpo" / "assets" / "small_alphabet_sort_sft",
@@ -173,7 +180,7 @@ def _fill(command: str, clone: dict) -> str:
     command = command.replace("outputs/runs/<date>/<time>/reward_model", str(clone["rm"]))
     command = command.replace("outputs/runs/<date>/<time>/sft", str(clone["sft"]))
     command = command.replace("outputs/runs/<date>/<time>", str(clone["run"]))
-    return command
+    return command.replace("/data/Qwen3-0.6B", str(clone["downloaded"]))
 
 
 def test_the_docs_have_commands_of_every_kind():
@@ -219,7 +226,9 @@ def test_readme_command(command, clone, quick_runs, monkeypatch):
             if "tracking=none" not in command and "--cfg" not in command:
                 # a tracked run ends with where to see it: its run page and the command serving it
                 last = proc.stdout.strip().splitlines()[-1]
-                assert last.startswith("mlflow: open them with: mlflow ui --backend-store-uri sqlite:///"), last
+                assert last.startswith("mlflow: open them with: mlflow ui --backend-store-uri sqlite:///"), (
+                    last
+                )
             return
         multirun = args[0] in ("-m", "--multirun")
         overrides = [a for a in args if not a.startswith("-")]

@@ -271,7 +271,13 @@ def test_a_run_ends_with_its_page_and_links_its_readable_pages(root):
         tracker.log_config(cfg)
         tracker.log_eval("baseline", _eval_result(root / "e0", "baseline", [0.0, 1.0]))
         tracker.log_completions(
-            {"step": [3], "prompt": ["sort b a"], "completion": ["<alphabetical_sorted>a b"], "reward": [0.5]}, 3
+            {
+                "step": [3],
+                "prompt": ["sort b a"],
+                "completion": ["<alphabetical_sorted>a b"],
+                "reward": [0.5],
+            },
+            3,
         )
         tracker.log_eval("final", _eval_result(root / "e1", "final", [1.0, 1.0]), step=3)
     client = MlflowClient(tracking_uri(cfg))
@@ -288,7 +294,9 @@ def test_a_run_ends_with_its_page_and_links_its_readable_pages(root):
     note = run.data.tags["mlflow.note.content"]
     pages = {"eval/baseline/samples.html", "train/completions/step-000003.html", "eval/final/samples.html"}
     for page in pages:
-        assert f"(/#/experiments/{run.info.experiment_id}/runs/{tracker.run_id}/artifacts/{page}{query})" in note
+        assert (
+            f"(/#/experiments/{run.info.experiment_id}/runs/{tracker.run_id}/artifacts/{page}{query})" in note
+        )
     assert pages <= _artifacts(client, tracker.run_id)  # each link names a page the run has
 
 
@@ -540,6 +548,37 @@ def test_a_rewards_by_language_plot_without_points_is_refused(tmp_path):
     assert not path.exists()
     plot_rewards_by_language({"en": {RM_REWARD: [(1, 0.5), (2, 0.7)], "rubric": [(1, 0.1), (2, 0.2)]}}, path)
     assert path.stat().st_size > 0
+
+
+def test_plot_legends_read_at_the_docs_column_width(tmp_path, monkeypatch):
+    """Shown as wide as the docs' reading column (~1000 px at 1400 px), every legend and label of
+    a plot reads at >= 11 px, three language panels (results.md's plots) or one."""
+    from matplotlib.figure import Figure
+
+    from grpo.tracking.plots import RM_REWARD, plot_reward_curves, plot_rewards_by_language, plot_train_curves
+
+    saved = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), savefig(fig, *a, **k))[1])
+    curve = [(1, 0.1), (2, 0.3), (3, 0.2)]
+    panels = {
+        lang: {RM_REWARD: curve, "rubric": curve, "format": curve} for lang in ("de", "fr", "ru", "zh", "ja")
+    }
+    plot_rewards_by_language(panels, tmp_path / "by_language.png")
+    plot_reward_curves({"lr=1e-6": curve, "lr=3e-6": curve}, tmp_path / "sweep.png", "val/reward")
+    plot_train_curves(
+        {"train/reward": curve, "val/reward": curve}, tmp_path / "train.png", evals={"final": (3, 0.2)}
+    )
+    assert len(saved) == 3
+    for fig in saved:
+        shown = 1000 / (fig.get_size_inches()[0] * 72)  # screen px per point at the column's width
+        texts = [t for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+        texts += [ax.yaxis.label for ax in fig.axes if ax.get_ylabel()]
+        assert texts
+        small = [
+            (t.get_text(), round(t.get_fontsize() * shown, 1)) for t in texts if t.get_fontsize() * shown < 11
+        ]
+        assert not small, small
 
 
 def test_a_language_mix_run_gets_per_language_plots(root):

@@ -24,6 +24,20 @@ def _integer_ticks():
     return MaxNLocator(integer=True)
 
 
+# the docs show a plot as wide as their reading column (~1000 px in a 1400 px window) and MLflow's
+# artifact view about as wide: legends are sized from the figure's width so that they read at
+# TEXT_PX there however many panels it has (7 pt on a three-panel figure showed at ~8 px)
+SHOWN_WIDTH_PX = 1000
+TEXT_PX = 11
+# sharp when opened full size
+DPI = 130
+
+
+def _text_points(fig: Any) -> float:
+    """The font size (points) that shows TEXT_PX tall when `fig` is shown SHOWN_WIDTH_PX wide."""
+    return max(9.0, TEXT_PX * 72 * float(fig.get_size_inches()[0]) / SHOWN_WIDTH_PX)
+
+
 def smoothed(values: Sequence[float], window: int) -> list[float]:
     """The trailing mean of each value and the `window - 1` before it (fewer at the start)."""
     out, total = [], 0.0
@@ -72,7 +86,7 @@ def plot_train_curves(
             ):
                 ax.axhline(value, color=color, linestyle="--", linewidth=1)
                 ax.plot([step], [value], marker="D", color=color, label=f"eval {label} {value:.3f}")
-            ax.legend(loc="best", fontsize=7)
+            ax.legend(loc="best", fontsize=_text_points(fig))
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("global step")
@@ -93,10 +107,10 @@ def plot_eval_by_function(evals: Mapping[str, Mapping[str, float]], path: Path, 
         xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(functions))]
         values = [evals[label].get(fn, float("nan")) for fn in functions]
         bars = ax.bar(xs, values, width=width, label=label)
-        ax.bar_label(bars, fmt="%.3f", fontsize=7)
+        ax.bar_label(bars, fmt="%.3f", fontsize=_text_points(fig))
     ax.set_xticks(range(len(functions)), functions, rotation=20, ha="right")
     ax.set_ylabel("mean reward")
-    ax.legend()
+    ax.legend(fontsize=_text_points(fig))
     ax.grid(axis="y", alpha=0.3)
     if title:
         ax.set_title(title)
@@ -116,7 +130,7 @@ def plot_reward_curves(curves: Mapping[str, Curve], path: Path, metric: str, tit
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
     if any(curves.values()):
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=_text_points(fig), loc="best")
     if title:
         ax.set_title(title)
     return _save(plt, fig, path)
@@ -164,7 +178,7 @@ def plot_rewards_by_language(
             if name == RM_REWARD:
                 right = ax.twinx()
                 right.plot(steps, values, color="tab:red", linestyle="--", label=f"{name} (right axis)")
-                right.set_ylabel("RM score (normalised)", color="tab:red", fontsize=8)
+                right.set_ylabel("RM score (normalised)", color="tab:red", fontsize=_text_points(fig))
             else:
                 ax.plot(steps, values, label=name)
         ax.set_title(language)
@@ -175,7 +189,7 @@ def plot_rewards_by_language(
         if right is not None:
             more = right.get_legend_handles_labels()
             handles, labels = handles + more[0], labels + more[1]
-        ax.legend(handles, labels, fontsize=7, loc="lower right")
+        ax.legend(handles, labels, fontsize=_text_points(fig), loc="lower right")
     if title:
         fig.suptitle(title)
     return _save(plt, fig, path)
@@ -183,6 +197,6 @@ def plot_rewards_by_language(
 
 def _save(plt: Any, fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path

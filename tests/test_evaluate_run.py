@@ -150,3 +150,64 @@ def test_a_run_folder_without_the_checkpoint_asked_for_is_one_line_and_exit_2(lo
         check_command([*EVAL, "stages=[eval]", "model.checkpoint=best"])
     with pytest.raises(UserError, match=r"model.checkpoint=last is not one of final, best"):
         check_command([*EVAL, "stages=[eval]", f"model.path={run_dir}", "model.checkpoint=last"])
+
+
+def _serve(model_path: Path, cwd: Path) -> tuple[str, dict, str]:
+    """`python -m grpo.serve model.path=<model_path> serve.port=0` asked one greedy chat request,
+    then stopped with Ctrl-C: the line it printed first, the reply, and the rest of its output."""
+    import os
+    import re
+    import signal
+    import sys
+
+    import httpx
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "grpo.serve", f"model.path={model_path}", "serve.port=0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        cwd=cwd,
+    )
+    try:
+        first = proc.stdout.readline().strip()
+        listening = first if first.startswith("grpo.serve:") else proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:\d+", listening)
+        assert match, (first, listening, proc.stderr.read() if proc.poll() is not None else "")
+        url = match.group(0)
+        model_id = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+        body = {
+            "model": model_id,
+            "messages": [{"role": "user", "content": "Sort: b, c, a"}],
+            "max_tokens": 8,
+            "temperature": 0,
+        }
+        reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    return first, reply, out
+
+
+@pytest.mark.slow
+def test_a_run_folder_is_served_at_its_final_checkpoint_under_the_runs_model_name(lora_run, tmp_path):
+    """docs/serving.md's command: the run folder as model.path serves the checkpoint an evaluation
+    of the run would load (said first), named as the run's model; the same answer as serving that
+    checkpoint folder itself."""
+    from grpo.run.trained import saved_model
+
+    run_dir, _ = lora_run
+    final = run_dir / "checkpoints" / "checkpoint-3"
+    first, reply, _ = _serve(run_dir, tmp_path)
+    assert first == (
+        f"model.path={run_dir}: a grpo run folder; serving its final checkpoint checkpoints/checkpoint-3 "
+        "(step 3, a LoRA adapter on the run's base model)"
+    )
+    assert reply["model"] == saved_model(run_dir).name
+    assert 1 <= reply["usage"]["completion_tokens"] <= 8
+    _, direct, _ = _serve(final, tmp_path)
+    assert reply["choices"][0]["message"]["content"] == direct["choices"][0]["message"]["content"]

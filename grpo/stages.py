@@ -275,11 +275,13 @@ def _scored(settings: GrpoConfig, results: RunResults) -> GrpoConfig:
 
 
 def _eval_best(run: StageContext) -> None:
-    """Evaluate the best checkpoint (by validation reward), loaded from disk, as label `best`."""
+    """Evaluate the best checkpoint (by validation reward), loaded from disk, as label `best`: the
+    same weights a later `model.path=<run> model.checkpoint=best` evaluates."""
     from grpo.evaluation.evaluator import evaluate
     from grpo.evaluation.setup import EvalSetup
     from grpo.generation import make_backend
-    from grpo.train.trainer import checkpoint_policy
+    from grpo.models import load_policy
+    from grpo.run.trained import checkpoint_model
 
     settings, results = run.settings, run.results
     best = results.train.best
@@ -289,7 +291,12 @@ def _eval_best(run: StageContext) -> None:
             f"evaluated here: generation={settings.generation.backend} serves the trained weights"
         )
         return
-    model, tokenizer = checkpoint_policy(results.train, best.path, settings.model)
+    # loaded from disk as `model.path=<run> model.checkpoint=best` loads it, never copied from the
+    # trained policy: TRL patches its forward with a closure over the original model, so a deep
+    # copy would still run the final weights (in train mode)
+    sft_dir = results.sft.path if results.sft is not None else results.sft_dir
+    device = next(results.train.model.parameters()).device
+    model, tokenizer = load_policy(checkpoint_model(settings.model, best.path, sft_dir), device=device)
     backend = make_backend(settings.generation, model, tokenizer, settings.model)
     # the evaluation's header and metadata name the checkpoint
     setup = EvalSetup.of(settings)

@@ -97,6 +97,20 @@ def test_a_run_folder_is_evaluated_at_its_final_checkpoint(lora_run, tmp_path):
 
 
 @pytest.mark.slow
+def test_the_runs_evaluation_of_its_best_checkpoint_reproduces_afresh(lora_run, tmp_path):
+    """The run's own `eval_best` (in the process that trained it) and a fresh evaluation of
+    `model.checkpoint=best` score the same weights: the same completions and rewards."""
+    run_dir, _ = lora_run
+    best = json.loads((run_dir / "checkpoints" / "grpo_best.json").read_text(encoding="utf-8"))
+    assert best["global_step"] != 3  # the fixture's validation peaks before the last step
+    proc = grpo([*EVAL, "stages=[eval]", f"model.path={run_dir}", "model.checkpoint=best"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (evaluated,) = runs(tmp_path)
+    assert rewards(evaluated / "eval") == rewards(run_dir / "eval_best")
+    assert rewards(run_dir / "eval_best") != rewards(run_dir / "eval_final")
+
+
+@pytest.mark.slow
 def test_model_checkpoint_best_and_a_checkpoint_dir(lora_run):
     run_dir, _ = lora_run
     best = json.loads((run_dir / "checkpoints" / "grpo_best.json").read_text(encoding="utf-8"))

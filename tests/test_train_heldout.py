@@ -22,6 +22,7 @@ from grpo.errors import UserError
 from grpo.evaluation.evaluator import RESULTS_FILE, evaluate_rows
 from grpo.evaluation.setup import EvalSetup
 from grpo.generation import make_backend
+from grpo.models import load_policy
 from grpo.run.checkpoints import (
     BEST_MARKER,
     best_checkpoint,
@@ -30,10 +31,11 @@ from grpo.run.checkpoints import (
     is_complete_checkpoint,
 )
 from grpo.run.layout import MLFLOW_RUN_FILE
+from grpo.run.trained import checkpoint_model
 from grpo.stages import run_stages
 from grpo.tracking.store import metric_curve, tracking_uri
 from grpo.train.heldout import heldout_metrics, heldout_rows
-from grpo.train.trainer import checkpoint_policy, train
+from grpo.train.trainer import train
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -184,7 +186,7 @@ def test_keep_best_keeps_the_checkpoint_with_the_best_val_reward(tmp_path):
     assert all(is_complete_checkpoint(c) for c in checkpoints_of(tmp_path / "val"))
 
     # the best checkpoint, loaded from disk, is the policy that earned that validation reward
-    model, tokenizer = checkpoint_policy(result, result.best.path, cfg.model)
+    model, tokenizer = load_policy(checkpoint_model(cfg.model, result.best.path))
     saved = load_file(str(result.best.path / "model.safetensors"))
     assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
     again = evaluate_rows(
@@ -216,29 +218,45 @@ def test_keep_best_keeps_the_checkpoint_with_the_best_val_reward(tmp_path):
 
     # any checkpoint loads as its own weights, not the trained model's
     first = tmp_path / "plain" / "checkpoints" / "checkpoint-1"
-    model, _ = checkpoint_policy(plain, first, cfg.model)
+    model, _ = load_policy(checkpoint_model(cfg.model, first))
     saved = load_file(str(first / "model.safetensors"))
     assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
     assert not all(torch.equal(plain.model.state_dict()[k], v) for k, v in saved.items())
 
 
-def test_a_lora_checkpoint_loads_its_adapter_onto_the_trained_base(tmp_path):
+def test_a_lora_checkpoint_loaded_after_training_scores_as_it_did_in_training(tmp_path):
+    """A LoRA checkpoint loaded in the process that trained it (as the run's evaluation of its best
+    checkpoint loads it) is that step's policy: it earns that step's validation reward again.
+    Copying the trained peft model did not: TRL's patched forward still ran the final weights."""
     cfg = load_settings(
         [
             *SMALL,
             "stages=[train]",
             "trainer.max_steps=2",
-            "optimizer.lr=1e-2",
+            "optimizer.lr=5e-2",
             "model.lora.enabled=true",
+            "trainer.eval_steps=1",
             "trainer.save_total_limit=null",
         ]
     )
-    result = train(cfg, build_env(cfg.env, cfg.language), tmp_path)
+    env = build_env(cfg.env, cfg.language)
+    result = train(cfg, env, tmp_path)
     first = tmp_path / "checkpoints" / "checkpoint-1"
-    model, _ = checkpoint_policy(result, first, cfg.model)
+    loaded = checkpoint_model(cfg.model, first)
+    assert (loaded.adapter, loaded.lora.enabled) == (str(first), False)
+    model, tokenizer = load_policy(loaded)
+    # the adapter is merged in: the weights are neither the base's nor the final policy's
+    base, _ = load_policy(cfg.model)
     saved = load_file(str(first / "adapter_model.safetensors"))
-    loaded = get_peft_model_state_dict(model)
-    assert saved.keys() == loaded.keys()
-    assert all(torch.equal(loaded[k], v) for k, v in saved.items())
     assert not all(torch.equal(get_peft_model_state_dict(result.model)[k], v) for k, v in saved.items())
-    assert model is not result.model and not model.training
+    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), base.parameters(), strict=True))
+    again = evaluate_rows(
+        EvalSetup.of(cfg),
+        env,
+        heldout_rows(env, cfg.trainer.val_num_examples),
+        cfg.trainer.val_rollouts_per_example,
+        make_backend(cfg.generation, model, tokenizer, cfg.model),
+        None,
+    )
+    assert again.mean == pytest.approx(result.val_rewards[1])
+    assert result.val_rewards[1] != result.val_rewards[2]  # the two steps' policies differ

@@ -99,20 +99,19 @@ def _trained(m: ModelConfig, backend: str) -> TrainedModel | None:
                 f"run's folder (outputs/runs/<day>/<time>), not {m.path}"
             )
         return None
-    if (checkpoint / ADAPTER_CONFIG).is_file() and not (checkpoint / "config.json").is_file():
+    if is_adapter(checkpoint):
         if backend != "hf":
             raise UserError(
                 f"model.path={m.path}: a LoRA run's checkpoint (adapter weights) is evaluated with generation=hf, "
                 f"not generation={backend} (which would serve the base weights alone)"
             )
+        layout = RunLayout(run_dir)
+        sft_dir = layout.sft if (layout.sft / SFT_META_FILE).is_file() else None
         model = dataclasses.replace(
-            _run_base_model(run_dir), adapter=str(checkpoint), checkpoint=m.checkpoint
+            checkpoint_model(saved_model(run_dir), checkpoint, sft_dir), checkpoint=m.checkpoint
         )
     else:
-        # a full checkpoint is a pretrained dir, tokenizer included
-        model = dataclasses.replace(
-            m, source="pretrained", path=str(checkpoint), tokenizer=None, adapter=None
-        )
+        model = checkpoint_model(m, checkpoint)
     return TrainedModel(str(m.path), m.checkpoint, run_dir, checkpoint, step, model)
 
 
@@ -154,11 +153,19 @@ def saved_model(run_dir: Path) -> ModelConfig:
         raise UserError(f"{layout.saved_config}: cannot read the run's model settings ({ex})") from None
 
 
-def _run_base_model(run_dir: Path) -> ModelConfig:
-    """The weights a LoRA run trained its adapter on: its sft/ model when it ran the SFT stage,
-    else its own model settings (random weights are rebuilt from their seed)."""
-    layout = RunLayout(run_dir)
-    base = saved_model(run_dir)
-    if (layout.sft / SFT_META_FILE).is_file():
-        base = dataclasses.replace(base, source="pretrained", path=str(layout.sft), tokenizer=None)
-    return dataclasses.replace(base, lora=dataclasses.replace(base.lora, enabled=False))
+def is_adapter(checkpoint: Path) -> bool:
+    """A LoRA run's checkpoint: adapter weights, without the base model's config.json."""
+    return (checkpoint / ADAPTER_CONFIG).is_file() and not (checkpoint / "config.json").is_file()
+
+
+def checkpoint_model(m: ModelConfig, checkpoint: Path, sft_dir: Path | None = None) -> ModelConfig:
+    """`m` set to load `checkpoint` of a run, as a fresh process loads it (and the run's own
+    evaluation of its best checkpoint): a full checkpoint as a pretrained dir (tokenizer included);
+    a LoRA one as model.adapter on the weights the run trained it on, which for a LoRA checkpoint
+    `m` must name (the run's model settings): their own (random weights are rebuilt from their
+    seed), or `sft_dir` when the run's SFT stage trained them."""
+    if not is_adapter(checkpoint):
+        return dataclasses.replace(m, source="pretrained", path=str(checkpoint), tokenizer=None, adapter=None)
+    if sft_dir is not None:
+        m = dataclasses.replace(m, source="pretrained", path=str(sft_dir), tokenizer=None)
+    return dataclasses.replace(m, lora=dataclasses.replace(m.lora, enabled=False), adapter=str(checkpoint))

@@ -35,8 +35,6 @@ functions that need them.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -365,25 +363,3 @@ def weights_checksum(model: Any) -> str:
         total = sum(float(p.sum()) for p in params)
         squares = sum(float((p * p).sum()) for p in params)
     return f"{total:.17g}/{squares:.17g}"
-
-
-def checkpoint_policy(result: TrainResult, checkpoint: Path, model_cfg: ModelConfig) -> tuple[Any, Any]:
-    """(model, tokenizer) of a checkpoint of `result`'s run, loaded from disk next to the trained
-    policy (which stays as it is): a LoRA checkpoint (adapter weights only) goes into a copy of the
-    trained peft model (the base weights never train, so the copy's are the checkpoint's); a full
-    checkpoint loads as a pretrained dir with model.dtype, on the trained model's device. The
-    tokenizer is the trained policy's."""
-    model = result.model
-    device = next(model.parameters()).device
-    if hasattr(model, "peft_config"):
-        from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
-
-        best = copy.deepcopy(model)
-        set_peft_model_state_dict(best, load_file(str(Path(checkpoint) / "adapter_model.safetensors")))
-        return best.eval(), result.tokenizer
-    from grpo.models import load_policy
-
-    cfg = dataclasses.replace(model_cfg, source="pretrained", path=str(checkpoint), tokenizer=None)
-    best, _ = load_policy(cfg, device=device)
-    return best, result.tokenizer

@@ -287,3 +287,61 @@ def test_ctrl_c_during_a_round_stops_grpo_at_its_next_step_with_a_checkpoint(tmp
     assert (run_dir / "checkpoints" / "checkpoint-1").is_dir()
     rounds = json.loads((run_dir / "reward_model_rounds" / "rounds.json").read_text())
     assert 0 < rounds["rounds"][0]["rm_steps"] < 2000  # the round's RM training ended early
+
+
+def test_a_resumed_run_goes_on_from_the_rounds_its_checkpoint_had_seen(tmp_path):
+    """Real `python -m grpo` processes: a run with rounds at steps 0 and 2 loses its checkpoints after
+    step 1 (as if killed after round 1 ran, before checkpoint-2 was saved). `resume=` continues at
+    step 1 with round 0's RM weights and pairs, says so in one line, and its round 1 (redone at
+    step 2) is the interrupted run's round 1: the same samples, labels, accuracies and RM weights.
+    Without them it would number its next round 0 and train the stage's RM on its pairs alone."""
+    import shutil
+
+    from helpers.grpo_process import run_grpo
+    from safetensors.torch import load_file
+
+    args = [
+        *BASE,
+        "stages=[reward_model,train]",
+        "trainer.num_generations=4",
+        "trainer.per_device_batch_completions=8",
+        "trainer.max_steps=3",
+        "reward_model.rounds.every=2",
+        "trainer.save_steps=1",
+        "trainer.save_total_limit=null",
+    ]
+    first, resumed = tmp_path / "first", tmp_path / "resumed"
+    proc = run_grpo([*args, f"hydra.run.dir={first}"], root=tmp_path, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rounds = first / "reward_model_rounds"
+    assert json.loads((rounds / "round_1" / "round.json").read_text())["step"] == 2
+    for step in (2, 3):
+        shutil.rmtree(first / "checkpoints" / f"checkpoint-{step}")
+
+    proc = run_grpo(
+        [*args, f"resume={first}", f"hydra.run.dir={resumed}"], root=tmp_path, cwd=tmp_path, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    redone = resumed / "reward_model_rounds"
+    assert sorted(p.name for p in redone.glob("round_*")) == ["round_1"]
+    before, again = (json.loads((d / "round_1" / "round.json").read_text()) for d in (rounds, redone))
+    for key in ("index", "step", "labels", "ties", "pairs", "accuracy_before", "rm_steps"):
+        assert before[key] == again[key], key
+    assert (rounds / "round_1" / "pairs.jsonl").read_text() == (
+        redone / "round_1" / "pairs.jsonl"
+    ).read_text()
+    member = "member_0"
+    assert (rounds / "round_1" / member / TRAIN_PAIRS_FILE).read_text() == (
+        redone / "round_1" / member / TRAIN_PAIRS_FILE
+    ).read_text()
+    weights = [load_file(d / "round_1" / member / "model.safetensors") for d in (rounds, redone)]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    summary = json.loads((redone / "rounds.json").read_text())
+    assert [r["step"] for r in summary["rounds"]] == [0, 2]
+    carried = len(load_pairs(rounds / "round_0" / "pairs.jsonl"))
+    assert carried > 0
+    assert (
+        f"[reward_model] resumed at step 1: the RM goes on as preference round 0 (step 0) left it "
+        f"({rounds / 'round_0'}); {carried} labelled pair{'s' if carried != 1 else ''} of 1 round carried on"
+    ) in proc.stdout.splitlines()

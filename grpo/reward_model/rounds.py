@@ -22,8 +22,9 @@ the first GRPO step and every reward_model.rounds.every steps):
     held-out reference set, and the scores the reward caches are forgotten.
 
 Every round writes <run_dir>/reward_model_rounds/round_<k>/: pairs.jsonl (the labelled pairs),
-round.json (labels, ties, accuracies) and member_<i>/, a complete RM dir (its train_pairs.jsonl
-holds everything it was trained on), which reward_model.checkpoints can name in a later run.
+round.json (labels, ties, accuracies; written last) and member_<i>/, a complete RM dir (its
+train_pairs.jsonl holds everything it was trained on), which reward_model.checkpoints can name in a
+later run. A resumed run reads them back (`resume`): its rounds go on as if never interrupted.
 """
 
 from __future__ import annotations
@@ -41,9 +42,15 @@ from grpo.files import write_json_atomic
 from grpo.generation.base import Messages
 from grpo.reward_model.data import CORRUPTION_KEY, PreferencePair, load_pairs, write_pairs
 from grpo.reward_model.labelers import Labeler
-from grpo.run.layout import HELDOUT_PAIRS_FILE, TRAIN_PAIRS_FILE
+from grpo.run.layout import (
+    HELDOUT_PAIRS_FILE,
+    RM_META_FILE,
+    ROUND_FILE,
+    TRAIN_PAIRS_FILE,
+    RunLayout,
+)
 
-ROUNDS_DIR = "reward_model_rounds"
+ROUND_PAIRS_FILE = "pairs.jsonl"
 # the kinds of round pairs (their `corruption` key): two policy samples, a sample vs the reference
 POLICY_KIND = "policy"
 REFERENCE_KIND = "policy_vs_reference"
@@ -93,6 +100,20 @@ class RoundReport:
             "rm_steps": self.rm_steps,
             "seconds": self.seconds,
         }
+
+    @classmethod
+    def read(cls, round_dir: Path) -> RoundReport:
+        """The report a finished round wrote (round.json, pairs.jsonl)."""
+        import json
+
+        data = json.loads((round_dir / ROUND_FILE).read_text(encoding="utf-8"))
+        pairs_file = round_dir / ROUND_PAIRS_FILE
+        pairs = load_pairs(pairs_file) if pairs_file.is_file() else []
+        return cls(
+            int(data["index"]), int(data["step"]), int(data["prompts"]), int(data["labels"]),
+            int(data["ties"]), int(data["by_rule"]), pairs, list(data["accuracy_before"]),
+            int(data["rm_steps"]), float(data["seconds"]),
+        )  # fmt: skip
 
     def line(self) -> str:
         acc = self.accuracy[0] if self.accuracy else {}
@@ -194,7 +215,8 @@ class PreferenceRounds:
         self.settings = settings
         self.env = env
         self.learned = learned
-        self.out = Path(run_dir) / ROUNDS_DIR
+        self.layout = RunLayout(run_dir)
+        self.out = self.layout.rounds
         self.labeler = labeler
         # the row's reference episode joins its candidates (None: the env has none)
         self.reference = reference_of(env)
@@ -267,7 +289,7 @@ class PreferenceRounds:
         self.new.extend(pairs)
         rm_steps = 0
         lr = self.rounds.lr if self.rounds.lr is not None else s.reward_model.training.lr
-        round_dir = self.out / f"round_{index}"
+        round_dir = self.layout.round(index)
         for i, scorer in enumerate(self.learned.scorers):
             train, heldout = self.data[i]
             meta = scorer.rm.meta
@@ -285,8 +307,8 @@ class PreferenceRounds:
         report = RoundReport(index, step, len(rows), labels, ties, by_rule, pairs, accuracy, rm_steps)
         report.seconds = time.perf_counter() - start
         round_dir.mkdir(parents=True, exist_ok=True)
-        write_pairs(round_dir / "pairs.jsonl", pairs)
-        write_json_atomic(round_dir / "round.json", report.to_json())
+        write_pairs(round_dir / ROUND_PAIRS_FILE, pairs)
+        write_json_atomic(round_dir / ROUND_FILE, report.to_json())  # last: the round is complete
         self.reports.append(report)
         if self.log_metrics is not None:
             metrics = {
@@ -301,6 +323,65 @@ class PreferenceRounds:
                 )
             self.log_metrics(metrics, step)
         return report
+
+    def resume(self, step: int, finished: Mapping[int, Path]) -> tuple[str, bool]:
+        """Go on at GRPO step `step` of a resumed run from the rounds it had finished by then
+        (`finished`: round index -> its dir along the resume chain, ResumePlan.rounds; rounds 0, 1,
+        ... while their step is at most `step`: a round runs before its step's checkpoint is
+        saved): their reports and labelled pairs carry on, and each member takes the weights and
+        calibration the last of them left it. Returns the line that says so, and whether the round
+        due by `step` (every reward_model.rounds.every steps) is missing and is to run now."""
+        from grpo.reward_model.backbone import load_reward_model
+
+        kept: list[tuple[Path, RoundReport]] = []
+        while len(kept) in finished:
+            folder = finished[len(kept)]
+            try:
+                report = RoundReport.read(folder)
+            except (OSError, ValueError, TypeError, KeyError) as ex:
+                from grpo.errors import UserError
+
+                raise UserError(f"resume: cannot read the preference round {folder} ({ex})") from None
+            if report.step > step:
+                break
+            kept.append((folder, report))
+        self.reports = [report for _, report in kept]
+        self.new = [pair for report in self.reports for pair in report.pairs]
+        where = []
+        for i, scorer in enumerate(self.learned.scorers):
+            member = next(
+                (
+                    f / f"member_{i}"
+                    for f, _ in reversed(kept)
+                    if (f / f"member_{i}" / RM_META_FILE).is_file()
+                ),
+                None,
+            )
+            if member is None:
+                continue  # no round had pairs in its languages: the stage's weights are its last
+            loaded = load_reward_model(member, "resume", device=next(scorer.rm.model.parameters()).device)
+            scorer.rm.model, scorer.rm.calibration, scorer.rm.path = (
+                loaded.model,
+                loaded.calibration,
+                loaded.path,
+            )
+            where.append(member)
+        self.learned.changed()
+        every = int(self.rounds.every)
+        due = not kept or kept[-1][1].step < (step // every) * every
+        if kept:
+            last = self.reports[-1]
+            line = (
+                f"[reward_model] resumed at step {step}: the RM goes on as preference round {last.index} "
+                f"(step {last.step}) left it ({where[-1].parent if where else 'no member changed'}); "
+                f"{counted(len(self.new), 'labelled pair')} of {counted(len(kept), 'round')} carried on"
+            )
+        else:
+            line = (
+                f"[reward_model] resumed at step {step}: the resumed run finished no preference round, so "
+                "the RM goes on from the reward_model stage's weights"
+            )
+        return line + (f"; the round due by step {step} runs now" if due else ""), due
 
     @staticmethod
     def _save(

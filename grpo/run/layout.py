@@ -21,6 +21,9 @@
                                 dataset/ (baseline, final, best)
       eval/                     the same for an evaluation alone (stages=[eval])
       lora_base/                a LoRA policy's in-memory base, saved once for its MLflow model
+      reward_model_rounds/round_K/
+                                preference round K (grpo/reward_model/rounds.py): pairs.jsonl,
+                                member_<i>/ (the RM after it), round.json written last
 
     paths = RunLayout(run_dir)
     paths.sft, paths.checkpoints, paths.eval("baseline"), paths.val(40), paths.saved_config, ...
@@ -57,6 +60,8 @@ EVAL_DIR_PREFIX = "eval_"
 # the folder of an evaluation without training (stages=[eval])
 EVAL_DIR = "eval"
 LORA_BASE_DIR = "lora_base"
+ROUNDS_DIR = "reward_model_rounds"
+ROUND_DIR_PREFIX = "round_"
 
 # ---- inside a stage's dir -----------------------------------------------------------------------
 
@@ -68,6 +73,8 @@ TRAIN_PAIRS_FILE = "pairs_train.jsonl"
 HELDOUT_PAIRS_FILE = "pairs_heldout.jsonl"
 # the SFT model dir: what was trained on, the steps and the final metrics; written last
 SFT_META_FILE = "sft_meta.json"
+# a preference round's dir: its report, written last (a dir without it is not a complete round)
+ROUND_FILE = "round.json"
 # an evaluation dir (eval_<label>/, val/step_N/)
 RESULTS_FILE = "results.jsonl"
 METADATA_FILE = "metadata.json"
@@ -146,6 +153,23 @@ class RunLayout:
     @property
     def lora_base(self) -> Path:
         return self.root / LORA_BASE_DIR
+
+    @property
+    def rounds(self) -> Path:
+        """The preference rounds' dir (reward_model_rounds/)."""
+        return self.root / ROUNDS_DIR
+
+    def round(self, index: int) -> Path:
+        return self.rounds / f"{ROUND_DIR_PREFIX}{index}"
+
+    def complete_rounds(self) -> dict[int, Path]:
+        """The preference rounds this run finished (their round.json written), by index."""
+        found = {}
+        for folder in self.rounds.glob(f"{ROUND_DIR_PREFIX}*"):
+            index = folder.name.removeprefix(ROUND_DIR_PREFIX)
+            if index.isdigit() and (folder / ROUND_FILE).is_file():
+                found[int(index)] = folder
+        return found
 
     def finished_marks(self) -> dict[str, Path]:
         """Per stage, the file a finished stage writes last (its presence says the stage is done):

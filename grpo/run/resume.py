@@ -11,7 +11,9 @@ resumed run's saved settings and config group choices, and per stage what is don
   complete checkpoint (reward_model_checkpoints/, sft_checkpoints/, written on interruption)
   continues; else the stage runs from the start;
 - the baseline eval is skipped when the chain has eval_baseline/ (the MLflow run has it);
-- train continues from the chain's latest complete GRPO checkpoint, or starts at step 0.
+- train continues from the chain's latest complete GRPO checkpoint, or starts at step 0; its
+  preference rounds (reward_model.rounds) are looked up along the chain too: the newest run's
+  round K wins, and the rounds then continue from those the checkpoint's step had seen.
 It is read from disk once, by the process's entry (grpo/__main__.py, or grpo.compose for an API
 caller), and handed to the checks and the stages: nothing else walks the chain or re-reads a saved
 config.
@@ -90,6 +92,8 @@ class ResumePlan:
     checkpoints: dict[str, Path] = field(default_factory=dict)
     # resume_force=true: the settings changed against the saved ones, as `key: saved -> new`
     forced: tuple[str, ...] = ()
+    # preference round index -> its complete dir along the chain (reward_model_rounds/round_K)
+    rounds: dict[int, Path] = field(default_factory=dict)
 
     @classmethod
     def read(cls, resume: str | os.PathLike[str]) -> ResumePlan:
@@ -115,7 +119,10 @@ class ResumePlan:
         chain = _chain(root.resolve(), saved)
         finished: dict[str, Path] = {}
         checkpoints: dict[str, Path] = {}
+        rounds: dict[int, Path] = {}
         for folder in map(RunLayout, chain):  # the newest run first: what it left wins
+            for index, round_dir in folder.complete_rounds().items():
+                rounds.setdefault(index, round_dir)
             for stage, mark in folder.finished_marks().items():
                 if stage not in finished and mark.exists():
                     finished[stage] = mark.parent
@@ -124,7 +131,7 @@ class ResumePlan:
                 if latest is not None:
                     checkpoints[stage] = latest
                     _say_skipped(folder.stage_checkpoints(stage), latest)
-        plan = cls(root, chain, saved, choices, finished, checkpoints)
+        plan = cls(root, chain, saved, choices, finished, checkpoints, rounds=rounds)
         if saved is None and plan.resumable:
             print(
                 f"warning: resume={resume}: {saved_file} is missing (a run started from Python, or the file "

@@ -7,6 +7,10 @@ with the trainer's current policy, under torch.random.fork_rng: training samples
 without the rounds. The RM is trained in place, so the next batch TRL scores is scored by the
 updated RM. At the end, rounds.json sums up every round and the labels spent.
 
+A resumed run (`resume=`) goes on from the rounds its checkpoint's step had seen: their pairs,
+reports and the RM weights the last of them left (PreferenceRounds.resume, said in one line); the
+round due at that step runs at once when the resumed run had not finished it.
+
 One process only: under several processes every rank would need the same updated RM at the same
 step; rounds are then skipped, said in one line.
 
@@ -41,8 +45,11 @@ class RoundsCallback(TrainerCallback):
         run_dir: Path,
         policy_backend: Callable[[Any], AbstractContextManager[Any]],
         log_metrics: Callable[[Mapping[str, float], int], None] | None = None,
+        resumed: Mapping[int, Path] | None = None,
     ) -> None:
         labeler = make_labeler(settings, env)
+        # a resumed run's finished rounds along its chain (ResumePlan.rounds); None: a fresh run
+        self.resumed = resumed
         self.rounds = PreferenceRounds(settings, env, learned, run_dir, labeler, log_metrics)
         self.every = int(settings.reward_model.rounds.every)
         self.policy_backend = policy_backend
@@ -71,6 +78,11 @@ class RoundsCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.global_step == 0:
             self._round(0)
+            return
+        line, due = self.rounds.resume(state.global_step, self.resumed or {})
+        print(line, flush=True)
+        if due:
+            self._round(state.global_step)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.global_step % self.every == 0 and state.global_step < state.max_steps:
@@ -94,9 +106,10 @@ def rounds_callback(
     run_dir: Path,
     policy_backend: Callable[[Any], AbstractContextManager[Any]],
     log_metrics: Callable[[Mapping[str, float], int], None] | None = None,
+    resumed: Mapping[int, Path] | None = None,
 ) -> RoundsCallback | None:
     """The rounds of a run whose reward holds a learned RM, or None (no RM, rounds off, or
-    several processes: said in one line)."""
+    several processes: said in one line). `resumed`: a resumed run's finished rounds."""
     rm = settings.reward_model
     if rm.kind == "rubric" or not learned or not rm.rounds.every:
         return None
@@ -108,4 +121,4 @@ def rounds_callback(
         )
         return None
     source = learned[-1].fn.source  # the combined reward: its LearnedReward holds every member
-    return RoundsCallback(settings, env, source, run_dir, policy_backend, log_metrics)
+    return RoundsCallback(settings, env, source, run_dir, policy_backend, log_metrics, resumed)

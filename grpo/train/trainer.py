@@ -128,7 +128,9 @@ def build_trainer(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     tracker = tracker or NullTracker()
-    resume_from = _resume_from(settings, resume)
+    if resume is None and settings.resume:
+        resume = ResumePlan.read(settings.resume)
+    resume_from = _resume_from(resume)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL's documented hook
 
     from grpo.models import load_policy, lora_config
@@ -187,8 +189,9 @@ def build_trainer(
 
         # the RM is brought back to the policy's samples (grpo/reward_model/rounds.py)
         rounds = rounds_callback(
-            settings, env, rewards.learned, run_dir, rollout.policy_backend, tracker.log_metrics
-        )
+            settings, env, rewards.learned, run_dir, rollout.policy_backend, tracker.log_metrics,
+            resumed=resume.rounds if resume_from is not None else None,
+        )  # fmt: skip
     table = tracker.completions_callback()
     own_callbacks = [
         printer,
@@ -301,11 +304,9 @@ def train(
     )
 
 
-def _resume_from(settings: GrpoConfig, resume: ResumePlan | None) -> Path | None:
+def _resume_from(resume: ResumePlan | None) -> Path | None:
     """The resume chain's latest GRPO checkpoint (None for a fresh run, or when the resumed run
     stopped before training); a warning line when resume_force changed the settings."""
-    if resume is None and settings.resume:
-        resume = ResumePlan.read(settings.resume)
     checkpoint = resume.checkpoints.get("train") if resume is not None else None
     if checkpoint is not None and resume.forced:
         print(

@@ -14,16 +14,15 @@ named rewards and a metric):
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("verifiers.v1")
+
+from helpers.scripted_endpoint import ScriptedEndpoint  # noqa: E402
 
 from grpo.compose import load_settings  # noqa: E402
 from grpo.envs import build_env  # noqa: E402
@@ -72,54 +71,6 @@ def perfect_reply(messages: list[dict]) -> str:
     return "<svar>" + ", ".join(sorted(names, key=str.casefold)) + "</svar>"
 
 
-class ScriptedEndpoint:
-    """An OpenAI-compatible /v1/chat/completions that answers every turn with `reply(messages)`
-    (default: a perfect sortera answer)."""
-
-    def __init__(self, reply=None) -> None:
-        self.calls = 0
-        self.reply = reply or perfect_reply
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                return
-
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                owner.calls += 1
-                text = owner.reply(body["messages"])
-                payload = json.dumps(
-                    {
-                        "id": "x",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body["model"],
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": text},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def test_the_one_way_in_builds_the_v1_adapter_and_names_its_rewards(capsys):
     env = env_of()
     assert "a verifiers v1 taskset (SorteraTaskset, env SorteraEnv)" in capsys.readouterr().err
@@ -162,7 +113,7 @@ def test_a_module_with_neither_api_is_refused_in_one_line(tmp_path, monkeypatch)
 
 def test_perfect_answers_from_a_scripted_endpoint_score_one():
     env = env_of()
-    endpoint = ScriptedEndpoint()
+    endpoint = ScriptedEndpoint(perfect_reply)
     try:
         backend = OpenAIBackend(base_url=endpoint.url, model="scripted", api_key="EMPTY")
         rows = env.rows("eval")
@@ -182,7 +133,7 @@ def test_perfect_answers_from_a_scripted_endpoint_score_one():
 
 def test_an_episode_past_its_deadline_is_counted_and_dropped(capsys):
     env = env_of("env.timeout_s=0.001")
-    endpoint = ScriptedEndpoint()
+    endpoint = ScriptedEndpoint(perfect_reply)
     try:
         backend = OpenAIBackend(base_url=endpoint.url, model="scripted", api_key="EMPTY")
         rollouts = run_rollouts(env, env.rows("eval", 2), backend, rollouts_per_row=1, sampling=Sampling())

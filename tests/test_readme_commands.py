@@ -8,7 +8,11 @@ Each command is one of:
 - checked by the real preflight (`python -m grpo`'s composition and every settings rule), the
   longer training commands: they must pass it, or, where they need a GPU (Qwen3-0.6B, vLLM), be
   refused with the one-line reason on this CPU machine;
-- not run here, with the reason said: installs, servers, other launchers (each has its own test).
+- the installs of the example environments (`pip install -e examples/<name>`): run as written in
+  the clone's own virtual environment (it sees this one's packages), whose `python` runs every
+  command; its other installs are .ci/run's set-up;
+- not run here, with the reason said: other installs, servers, other launchers (each has its own
+  test).
 A command this file cannot place fails the test: a new documented command needs a decision here.
 Placeholders (`<date>/<time>`, `/path/to/model`) take a real folder of the right kind.
 """
@@ -35,9 +39,10 @@ CI = ROOT / ".ci" / "run"
 
 # commands that take under a minute: run for real (an evaluation of the default tiny model, --cfg job)
 QUICK = re.compile(r"^python -m grpo .*(stages=\[eval\]|--cfg job$)")
-# ... except those that need what a new clone lacks: another model or server, the user's own
-# verifiers env (a placeholder id), a hub account
-NEEDS = re.compile(r"generation=|push_to_hub|env\.id=|model=")
+# ... except those that need what a new clone lacks: another model or server, a hub account
+NEEDS = re.compile(r"generation=|push_to_hub|model=")
+# the example environments' installs (docs/verifiers.md), run in the clone's venv
+EXAMPLE_INSTALL = re.compile(r"^pip install -e examples/[\w.-]+$")
 
 
 def is_quick(command: str) -> bool:
@@ -126,12 +131,15 @@ def clone(tmp_path_factory):
         '"language": "sv"}\n',
         encoding="utf-8",
     )
+    venv, installs = _example_installs(root)
     downloaded = root / "Qwen3-0.6B"
     downloaded.mkdir()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         (downloaded / name).write_text("{}", encoding="utf-8")
     return {
         "root": root,
+        "venv": venv,
+        "installs": installs,
         "downloaded": downloaded,
         "run": run_dir,
         "rm": root / "rm_run" / "reward_model",
@@ -139,11 +147,42 @@ def clone(tmp_path_factory):
     }
 
 
-def _start(cwd: Path, command: str) -> subprocess.Popen:
+def _example_installs(root: Path) -> tuple[Path, dict[str, subprocess.CompletedProcess]]:
+    """The clone's virtual environment (a new one that sees this one's packages through a .pth
+    line, so nothing is installed twice and nothing here changes) and the documented example
+    installs run in it, as written: command -> its result."""
+    import shutil
+    import sysconfig
+
+    shutil.copytree(
+        ROOT / "examples", root / "examples", ignore=shutil.ignore_patterns("*.egg-info", "build")
+    )
+    venv = root / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    site = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    ours = sysconfig.get_paths()["purelib"]
+    Path(site, "_grpo_test_parent.pth").write_text(
+        f"import site; site.addsitedir({ours!r})\n", encoding="utf-8"
+    )
+    installs = {}
+    for command in (c for c in COMMANDS if EXAMPLE_INSTALL.match(c)):
+        installs[command] = _run(root, command, timeout=600, venv=venv)
+    return venv, installs
+
+
+def _start(cwd: Path, command: str, venv: Path | None = None) -> subprocess.Popen:
     """A documented command line, started in `cwd` as a new user's shell would run it (its own env
-    assignments, offline, none of the test session's output settings)."""
+    assignments, offline, none of the test session's output settings), in `venv` when given (its
+    bin/ first on PATH: `python` and `pip` are its own)."""
     env, argv = split(command)
-    if argv[0] == "python":
+    if venv is not None:
+        env = {"PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(venv), **env}
+        if argv[0] in ("python", "pip"):
+            argv[0] = str(venv / "bin" / argv[0])
+    elif argv[0] == "python":
         argv[0] = sys.executable
     full = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
     for key in ("GRPO_OUTPUT_ROOT", "MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR"):
@@ -153,8 +192,10 @@ def _start(cwd: Path, command: str) -> subprocess.Popen:
     )
 
 
-def _run(cwd: Path, command: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    proc = _start(cwd, command)
+def _run(
+    cwd: Path, command: str, timeout: int = 120, venv: Path | None = None
+) -> subprocess.CompletedProcess:
+    proc = _start(cwd, command, venv)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -171,7 +212,7 @@ def quick_runs(clone) -> dict[str, subprocess.CompletedProcess]:
 
     quick = [c for c in COMMANDS if is_quick(_fill(c, clone)) and split(c)[1][:3] == ["python", "-m", "grpo"]]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = pool.map(lambda c: _run(clone["root"], _fill(c, clone)), quick)
+        results = pool.map(lambda c: _run(clone["root"], _fill(c, clone), venv=clone["venv"]), quick)
         return dict(zip(quick, results, strict=True))
 
 
@@ -204,6 +245,10 @@ def test_readme_command(command, clone, quick_runs, monkeypatch):
     env, argv = split(command)
     head = " ".join(argv[:2])
     line = " ".join(argv)  # the command without the environment assignments in front
+    if EXAMPLE_INSTALL.match(command):
+        proc = clone["installs"][written]
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        return
     if any(
         command.startswith(k) or line.startswith(k) or head.startswith(k) or k in command.split(" -m ")[0]
         for k in NOT_HERE
@@ -232,6 +277,9 @@ def test_readme_command(command, clone, quick_runs, monkeypatch):
             return
         multirun = args[0] in ("-m", "--multirun")
         overrides = [a for a in args if not a.startswith("-")]
+        for example in (ROOT / "examples").iterdir():
+            # what the example's editable install puts on the path (for the in-process preflight)
+            monkeypatch.syspath_prepend(str(example))
         if GPU.search(command):
             with pytest.raises(UserError, match=r"needs vLLM|GPU|CUDA"):
                 check_command(overrides, multirun=multirun)
@@ -242,9 +290,9 @@ def test_readme_command(command, clone, quick_runs, monkeypatch):
     if module == "grpo.tracking.sync":
         command = command.replace(argv[3], str(clone["run"]))
     if module == "grpo.cli.compare" and len(argv) > 3:
-        proc = _run(clone["root"], "python -m grpo.cli.compare --help")
+        proc = _run(clone["root"], "python -m grpo.cli.compare --help", venv=clone["venv"])
     else:
-        proc = _run(clone["root"], command)
+        proc = _run(clone["root"], command, venv=clone["venv"])
     if module == "grpo.cli.compare" and proc.returncode == 2:
         # no sweep in a new clone's store yet: one line that says what to run first
         assert (

@@ -89,8 +89,11 @@ def load_verifiers_env(env_id: str, args: Mapping[str, Any] | None = None) -> An
         )
     main_thread = threading.current_thread() is threading.main_thread()
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+    from grpo.trl_adapter.logs import quiet_progress_bars
+
     try:
-        env = vf.load_environment(env_id, **dict(args or {}))
+        with quiet_progress_bars():  # the env formatting its datasets: not the user's business
+            env = vf.load_environment(env_id, **dict(args or {}))
     except Exception as ex:
         reason = str(ex.__cause__ or ex).strip().splitlines()
         raise UserError(
@@ -177,6 +180,11 @@ class VerifiersEnv(LoadedRowsEnv):
             raise UserError(
                 f"env.id={id}: {what} uses tools, which grpo's rollout engine does not pass to models"
             )
+        print(
+            f"env.id={id}: a classic verifiers environment ({what}, from load_environment), run by "
+            "grpo's rollout engine",
+            file=sys.stderr,
+        )
         own = int(self.vf_env.max_turns)
         bound = None if max_turns is None else int_arg("max_turns", max_turns, 1)
         limits = [t for t in (own if own > 0 else None, bound) if t is not None]

@@ -39,7 +39,7 @@ import os
 import shutil
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ from grpo.sft.replay import Example, build_examples
 from grpo.tracking.base import NullTracker, Tracker, best_effort
 from grpo.trl_adapter.config import build_trl_config
 from grpo.trl_adapter.devices import has_cuda
+from grpo.trl_adapter.logs import quiet_progress_bars
 from grpo.trl_adapter.trainer import make_trainer, point_model_at, run_trainer
 
 # SFTConfig fields the stage decides (sft.extra may not override them)
@@ -248,7 +249,7 @@ def train_sft(
             flush=True,
         )
     try:
-        with _quiet_progress_bars():
+        with quiet_progress_bars():
             checkpoints = RunLayout(out.parent).stage_checkpoints("sft")
             with _attention_for(settings, model):
                 trainer = build_sft_trainer(
@@ -276,7 +277,7 @@ def train_sft(
         }
         main = trainer.is_world_process_zero()
         if main:  # one writer; the other ranks hold the same weights in memory
-            with _quiet_progress_bars():
+            with quiet_progress_bars():
                 save_sft_model(model, tokenizer, meta, out)
         trainer.accelerator.wait_for_everyone()  # every rank may load <run_dir>/sft next (reference model)
         with contextlib.suppress(OSError):
@@ -316,26 +317,6 @@ def _attention_for(settings: GrpoConfig, model: Any) -> contextlib.AbstractConte
     from grpo.models.packed_attention import packed_attention
 
     return packed_attention(model)
-
-
-@contextlib.contextmanager
-def _quiet_progress_bars() -> Iterator[None]:
-    """No datasets / transformers progress bars (TRL's dataset preparation, shard writing): the
-    stage prints its own lines. The previous setting is restored."""
-    from datasets.utils import logging as datasets_logging
-    from transformers.utils import logging as transformers_logging
-
-    datasets_on = datasets_logging.is_progress_bar_enabled()
-    transformers_on = transformers_logging.is_progress_bar_enabled()
-    datasets_logging.disable_progress_bar()
-    transformers_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if datasets_on:
-            datasets_logging.enable_progress_bar()
-        if transformers_on:
-            transformers_logging.enable_progress_bar()
 
 
 def _header(

@@ -1,11 +1,35 @@
 """What the ML libraries print that is not the user's business, silenced at its source
-(`quiet_library_notices`); every other warning of theirs still prints."""
+(`quiet_library_notices`; `quiet_progress_bars` for one block); every other warning of theirs
+still prints. Light: the libraries are imported inside the functions."""
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
+
+
+@contextlib.contextmanager
+def quiet_progress_bars() -> Iterator[None]:
+    """No datasets / transformers progress bars inside the block (TRL's dataset preparation, shard
+    writing, a verifiers environment formatting its dataset): the caller prints its own lines.
+    The previous setting is restored."""
+    from datasets.utils import logging as datasets_logging
+    from transformers.utils import logging as transformers_logging
+
+    datasets_on = datasets_logging.is_progress_bar_enabled()
+    transformers_on = transformers_logging.is_progress_bar_enabled()
+    datasets_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if datasets_on:
+            datasets_logging.enable_progress_bar()
+        if transformers_on:
+            transformers_logging.enable_progress_bar()
 
 
 def quiet_library_notices(model: Any = None) -> None:

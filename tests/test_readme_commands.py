@@ -120,6 +120,7 @@ def clone(tmp_path_factory):
         "reward_model.data.synthetic.n=40 'reward_model.data.synthetic.languages=[en,sv]' "
         "reward_model.training.max_steps=2 hydra.run.dir=rm_run",
     )
+    venv, installs = _example_installs(root)  # while the two runs train
     for proc in (grpo_run, rm_run):
         err = proc.communicate(timeout=300)[1]
         assert proc.returncode == 0, err[-2000:]
@@ -131,7 +132,6 @@ def clone(tmp_path_factory):
         '"language": "sv"}\n',
         encoding="utf-8",
     )
-    venv, installs = _example_installs(root)
     downloaded = root / "Qwen3-0.6B"
     downloaded.mkdir()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
@@ -167,10 +167,12 @@ def _example_installs(root: Path) -> tuple[Path, dict[str, subprocess.CompletedP
     Path(site, "_grpo_test_parent.pth").write_text(
         f"import site; site.addsitedir({ours!r})\n", encoding="utf-8"
     )
-    installs = {}
-    for command in (c for c in COMMANDS if EXAMPLE_INSTALL.match(c)):
-        installs[command] = _run(root, command, timeout=600, venv=venv)
-    return venv, installs
+    from concurrent.futures import ThreadPoolExecutor
+
+    commands = [c for c in COMMANDS if EXAMPLE_INSTALL.match(c)]
+    with ThreadPoolExecutor(max_workers=len(commands) or 1) as pool:  # independent packages
+        results = pool.map(lambda c: _run(root, c, timeout=600, venv=venv), commands)
+        return venv, dict(zip(commands, results, strict=True))
 
 
 def _start(cwd: Path, command: str, venv: Path | None = None) -> subprocess.Popen:

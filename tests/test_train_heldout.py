@@ -59,6 +59,18 @@ SMALL = [
 ]
 
 
+def validated_again(cfg, env, model, tokenizer):
+    """`model` scored on the validation rows as training validated its policy."""
+    return evaluate_rows(
+        EvalSetup.of(cfg),
+        env,
+        heldout_rows(env, cfg.trainer.val_num_examples),
+        cfg.trainer.val_rollouts_per_example,
+        make_backend(cfg.generation, model, tokenizer, cfg.model),
+        None,
+    )
+
+
 def steps_on_disk(run_dir: Path) -> set[int]:
     return {checkpoint_step(c) for c in checkpoints_of(run_dir)}
 
@@ -189,14 +201,7 @@ def test_keep_best_keeps_the_checkpoint_with_the_best_val_reward(tmp_path):
     model, tokenizer = load_policy(checkpoint_model(cfg.model, result.best.path))
     saved = load_file(str(result.best.path / "model.safetensors"))
     assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
-    again = evaluate_rows(
-        EvalSetup.of(cfg),
-        env,
-        heldout_rows(env, cfg.trainer.val_num_examples),
-        cfg.trainer.val_rollouts_per_example,
-        make_backend(cfg.generation, model, tokenizer, cfg.model),
-        None,
-    )
+    again = validated_again(cfg, env, model, tokenizer)
     assert again.mean == pytest.approx(rewards[best_step])
     assert heldout_metrics(again)["val/reward"] == again.mean
 
@@ -250,13 +255,5 @@ def test_a_lora_checkpoint_loaded_after_training_scores_as_it_did_in_training(tm
     saved = load_file(str(first / "adapter_model.safetensors"))
     assert not all(torch.equal(get_peft_model_state_dict(result.model)[k], v) for k, v in saved.items())
     assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), base.parameters(), strict=True))
-    again = evaluate_rows(
-        EvalSetup.of(cfg),
-        env,
-        heldout_rows(env, cfg.trainer.val_num_examples),
-        cfg.trainer.val_rollouts_per_example,
-        make_backend(cfg.generation, model, tokenizer, cfg.model),
-        None,
-    )
-    assert again.mean == pytest.approx(result.val_rewards[1])
+    assert validated_again(cfg, env, model, tokenizer).mean == pytest.approx(result.val_rewards[1])
     assert result.val_rewards[1] != result.val_rewards[2]  # the two steps' policies differ

@@ -112,6 +112,9 @@ def _start(overrides: list[str]):
             f"serve.host={cfg.host}: listening beyond loopback needs an API key "
             "(serve.api_key_var=NAME of an environment variable holding it)"
         )
+    from grpo.trl_adapter.logs import quiet_library_notices
+
+    quiet_library_notices()  # no "Loading weights" bar: the first line says what is served
     backend = make_backend(settings.generation, None, None, settings.model)
     import torch
 

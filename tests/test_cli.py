@@ -132,7 +132,10 @@ def test_sweep_presets_are_a_group():
         (["+env=alphabet_sort", "trainer=dapoo"], "unknown trainer 'dapoo'; did you mean dapo? (available: "),
         (["-m", "+env=alphabet_sort", "trainer=grpo,dapoo"], "unknown trainer 'dapoo'; did you mean dapo?"),
         (["+env=alphabet_srt"], "unknown env 'alphabet_srt'; did you mean alphabet_sort?"),
-        (["+env=alphabet_sort", "eval.num_examples=abc"], "eval.num_examples=abc: expected an integer (now 5)"),
+        (
+            ["+env=alphabet_sort", "eval.num_examples=abc"],
+            "eval.num_examples=abc: expected an integer (now 5)",
+        ),
         (["-m", "+env=alphabet_sort", "model=tiny,gpt9"], "unknown model 'gpt9'"),
         (["+env=alphabet_sort", "stages=[evaluate]"], "stages=['evaluate']"),
         (

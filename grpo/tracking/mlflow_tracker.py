@@ -249,9 +249,7 @@ class MlflowTracker(Tracker):
         if self.run_id is None:
             return []
         ui = self.tracking.ui_url
-        lines = [
-            f"mlflow: run '{self._name}': {run_url(self.uri, str(self.experiment_id), self.run_id, ui)}"
-        ]
+        lines = [f"mlflow: run '{self._name}': {run_url(self.uri, str(self.experiment_id), self.run_id, ui)}"]
         for title, path in self._pages.items():
             if "evaluation" not in title or title.startswith("final"):  # the final samples, the last step's
                 url = artifact_url(self.uri, str(self.experiment_id), self.run_id, path, ui)

@@ -62,6 +62,18 @@ def test_every_example_is_a_package_pip_can_install():
         assert (EXAMPLES / folder / f"{module}.py").is_file()
 
 
+def test_every_example_row_is_a_question_of_its_own_with_default_arguments():
+    """GRPO groups rollouts by prompt: rows that repeat a prompt would be said as a note."""
+    for overrides in (
+        ["+env=verifiers", "env.id=vf-count-letters"],
+        ["+env=verifiers", "env.id=vf-namen-sortieren", "language=de"],
+    ):
+        env = env_of(overrides)
+        for split in ("train", "eval"):
+            prompts = [str(row.prompt) for row in env.rows(split)]
+            assert len(prompts) >= 40 and len(set(prompts)) == len(prompts), (overrides, split)
+
+
 def count_reply(messages: list[dict]) -> str:
     """The right count, as the classic example asks for it."""
     letter, word = re.search(r"letter '(.)' occur in the word '(\w+)'", messages[-1]["content"]).groups()

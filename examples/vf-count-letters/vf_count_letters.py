@@ -10,8 +10,8 @@ Garbage (no tag, words instead of digits, text around the tag) scores 0 on both.
     pip install -e examples/vf-count-letters
     python -m grpo +env=verifiers env.id=vf-count-letters stages=[eval]
 
-`load_environment(num_examples=200, seed=0)`: rows are drawn from the word list below with a
-seeded generator (the same rows every time); the last fifth is the eval split.
+`load_environment(num_examples=200, seed=0)`: distinct questions from the word list below, in a
+seeded order (the same rows every time; about 1,400 at most); the first fifth is the eval split.
 """
 
 from __future__ import annotations
@@ -26,28 +26,35 @@ WORDS = (
     "strawberry banana bookkeeper mississippi committee balloon coffee letter address "
     "parallel umbrella seventeen accommodate possession occurrence millennium assessment "
     "embarrass necessary tomorrow raspberry grammar engineer pepper referee success "
-    "alphabet reinforcement vacuum giraffe"
+    "alphabet reinforcement vacuum giraffe bubble cinnamon daffodil excellent hippopotamus "
+    "innocent kangaroo lollipop marshmallow noodle papaya quizzical rhythm satellite teammate "
+    "tennessee volunteer waterfall yellow zucchini barrel carrot dessert eggplant freedom"
 ).split()
 ONE_NUMBER = re.compile(r"\s*<answer>\s*\d+\s*</answer>\s*")
 SYSTEM = "Count carefully. Reply with the number only, in digits, inside <answer>...</answer>."
 
 
 def count_rows(num_examples: int, seed: int) -> list[dict]:
-    """`num_examples` questions: a word, one of its letters (or, one time in six, one it lacks)."""
+    """`num_examples` distinct questions (a word, one of its letters; one in six asks for a letter
+    the word lacks, more once the words' own letters are used up), in a seeded order; at most as
+    many as the word list holds."""
     rng = random.Random(seed)
-    rows = []
-    for _ in range(num_examples):
-        word = rng.choice(WORDS)
-        absent = sorted(set("abcdefghijklmnopqrstuvwxyz") - set(word))
-        letter = rng.choice(absent) if rng.random() < 1 / 6 else rng.choice(sorted(set(word)))
-        rows.append(
-            {
-                "question": f"How many times does the letter '{letter}' occur in the word '{word}'?",
-                "answer": str(word.count(letter)),
-                "info": {"word": word, "letter": letter},
-            }
-        )
-    return rows
+    present = [(w, c) for w in WORDS for c in sorted(set(w))]
+    absent = [(w, c) for w in WORDS for c in sorted(set("abcdefghijklmnopqrstuvwxyz") - set(w))]
+    rng.shuffle(present)
+    rng.shuffle(absent)
+    pairs = []
+    while len(pairs) < num_examples and (present or absent):
+        source = absent if (len(pairs) % 6 == 5 and absent) or not present else present
+        pairs.append(source.pop())
+    return [
+        {
+            "question": f"How many times does the letter '{letter}' occur in the word '{word}'?",
+            "answer": str(word.count(letter)),
+            "info": {"word": word, "letter": letter},
+        }
+        for word, letter in pairs
+    ]
 
 
 def load_environment(num_examples: int = 200, seed: int = 0) -> vf.Environment:

@@ -288,8 +288,9 @@ def test_turn_scores_for_logging(env):
     assert env.turn_scores(episode(ANSWER_1, "nothing"), fixed_row().info) == [1.0, 0.0, 0.0]
 
 
-def spec_reward(completion: list[dict], info: dict, power: float) -> float:
-    """The spec written out independently with re + difflib (what an external grader does)."""
+def spec_reward(completion: list[dict], info: dict, power: float, count_names: bool = False) -> float:
+    """The spec written out independently with re + difflib (what an external grader does);
+    `count_names`: grpo's default, the first n distinct lines, times n / (n + the other lines)."""
     answers = [m["content"] for m in completion if m["role"] == "assistant"]
     total = 0.0
     for turn in range(1, info["num_turns"] + 1):
@@ -300,7 +301,12 @@ def spec_reward(completion: list[dict], info: dict, power: float) -> float:
         lines = [s.strip().lower() for s in found[-1].split("\n") if s.strip()] if found else []
         if lines:
             expected = "\n".join(s.strip().lower() for s in info["ground_truths"][turn - 1])
-            total += difflib.SequenceMatcher(None, "\n".join(lines), expected).ratio() ** power
+            factor = 1.0
+            if count_names:
+                n = len(info["ground_truths"][turn - 1])
+                kept = list(dict.fromkeys(lines))[:n]
+                factor, lines = n / (n + len(lines) - len(kept)), kept
+            total += difflib.SequenceMatcher(None, "\n".join(lines), expected).ratio() ** power * factor
     return total / info["num_turns"]
 
 
@@ -327,16 +333,91 @@ def perturb(completion: list[dict], rng: random.Random) -> list[dict]:
     return out[: rng.randint(0, len(out))] if rng.random() < 0.2 else out
 
 
-def test_matches_an_independent_implementation_of_the_spec():
+@pytest.mark.parametrize("count_names", [True, False])
+def test_matches_an_independent_implementation_of_the_spec(count_names):
     # long rows too: from 200 characters on, difflib's autojunk changes the ratio
     env = packaged_env(
-        "alphabet_sort", min_turns=3, max_turns=3, max_names_per_turn=7, num_eval_examples=60, seed=11
-    )
+        "alphabet_sort", min_turns=3, max_turns=3, max_names_per_turn=7, num_eval_examples=60, seed=11,
+        count_names=count_names,
+    )  # fmt: skip
     rng = random.Random(0)
+    differ = 0
     for row in env.rows("eval"):
         for _ in range(10):
             completion = perturb(env.reference_completion(row), rng)
-            assert env.score(row, completion)["alphabet_sort_reward"] == spec_reward(completion, row.info, 4)
+            got = env.score(row, completion)["alphabet_sort_reward"]
+            assert got == pytest.approx(spec_reward(completion, row.info, 4, count_names), abs=1e-12)
+            differ += got != pytest.approx(spec_reward(completion, row.info, 4, not count_names), abs=1e-12)
+    assert differ > 50  # the perturbations insert lines: the two scorings part on many of them
+
+
+# ---- count_names: padding never pays, in any language ---------------------------------------------
+
+LANGUAGES = ("en", "de", "fr", "es", "sv", "ru", "ar", "hi", "zh", "ja", "ko")
+
+
+def one_turn_answer(lines: list[str]) -> list[dict]:
+    return [
+        {
+            "role": "assistant",
+            "content": "<alphabetical_sorted>\n" + "\n".join(lines) + "\n</alphabetical_sorted>",
+        }
+    ]
+
+
+def weak_answers(truth: list[str], rng: random.Random) -> list[list[str]]:
+    """Answers a weak model writes: names dropped, swapped, cut or garbled, in the row's script."""
+    out = []
+    for _ in range(12):
+        lines = list(truth)
+        for _ in range(rng.randint(0, 3)):
+            i = rng.randrange(len(lines)) if lines else 0
+            op = rng.randrange(4)
+            if op == 0 and len(lines) > 1:
+                del lines[i]
+            elif op == 1 and len(lines) > 1:
+                j = rng.randrange(len(lines))
+                lines[i], lines[j] = lines[j], lines[i]
+            elif op == 2 and lines:
+                lines[i] = lines[i][: max(1, len(lines[i]) // 2)]
+            elif lines:
+                lines[i] = lines[i][::-1]
+        out.append(lines)
+    return out
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_repeated_or_extra_names_never_raise_the_score(language):
+    env = packaged_env(
+        "alphabet_sort", language=language, min_turns=1, max_turns=1, min_names_per_turn=2,
+        max_names_per_turn=5, num_eval_examples=40,
+    )  # fmt: skip
+    legacy = packaged_env(
+        "alphabet_sort", language=language, min_turns=1, max_turns=1, min_names_per_turn=2,
+        max_names_per_turn=5, num_eval_examples=40, count_names=False,
+    )  # fmt: skip
+    rng = random.Random(language)
+    paid_before = 0
+    for row in env.rows("eval"):
+        truth = row.info["ground_truths"][0]
+        assert env.score(row, one_turn_answer(truth))["alphabet_sort_reward"] == 1.0
+        for lines in weak_answers(truth, rng):
+            if not lines:
+                continue
+
+            def score(answer: list[str], scorer=env, row=row) -> float:
+                return scorer.score(row, one_turn_answer(answer))["alphabet_sort_reward"]
+
+            base = score(lines)
+            repeated = [*lines, lines[-1]]  # the last line again: what GRPO learned under 0.1.5
+            assert score(repeated) < base or base == 0.0
+            paid_before += score(repeated, legacy) > score(lines, legacy)
+            twice = lines[:1] + lines  # a repeat anywhere
+            assert score(twice) < base or base == 0.0
+            if len(set(lines)) >= len(truth):  # every name place filled: one more line is padding
+                for extra in (truth[0], "x", rng.choice(truth)[::-1]):
+                    assert score([*lines, extra]) < base or base == 0.0
+    assert paid_before > 0  # 0.1.5's scoring did pay for repeating a line in this language
 
 
 # ---- names sources -----------------------------------------------------------------------------------
@@ -562,9 +643,9 @@ def test_random_template_counts():
 @pytest.mark.parametrize(
     ("preset", "expected"),
     [
-        ("alphabet_sort_v0_1_6", (True, "random", False, True)),
-        ("alphabet_sort_v0_1_7", (True, "random", True, True)),
-        ("alphabet_sort_v0_1_8", (True, "random", True, True)),
+        ("alphabet_sort_v0_1_6", (True, "random", False, True, False)),
+        ("alphabet_sort_v0_1_7", (True, "random", True, True, False)),
+        ("alphabet_sort_v0_1_8", (True, "random", True, True, False)),
     ],
 )
 def test_version_presets(preset, expected):
@@ -574,6 +655,7 @@ def test_version_presets(preset, expected):
         cfg["sort_by"],
         cfg["random_template_count"],
         cfg["power_per_turn"],
+        cfg["count_names"],
     ) == expected
     assert cfg["name"] == preset and cfg["prompts"]["sv"]  # every language's prompts come along
     for language in ("en", "ko"):

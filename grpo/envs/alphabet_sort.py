@@ -12,6 +12,10 @@ The Hub's later versions are options, off by default (0.1.5's behaviour), and pr
 family name, English split at the second capital), `multi_attempt` (0.1.6: several blocks in a turn
 must each improve on the one before, else the turn scores 0), `random_template_count` (0.1.7) and
 `power_per_turn=false` (0.1.8's flag: the power applies to the mean of the turns' raw ratios).
+`count_names` (grpo's, on by default; off in the Hub presets): a turn is scored on its first n
+distinct lines (n = the names expected), times n / (n + its surplus lines), so an answer never gains
+by repeating a name or listing more names than it was given (`counted_lines`); off, every line of the
+block counts in the similarity, as in 0.1.5, and padding could raise a score.
 
 Names, order and prompts follow the row's language (grpo.languages):
 - English is 0.1.5 byte for byte: faker en_US "FirstLast" names in plain code-point order, sorted
@@ -111,18 +115,39 @@ def answer_lines(text: Any, tag: str) -> list[str]:
     return attempts[-1] if attempts else []
 
 
-def _lines_score(lines: Sequence[str], expected: str, power: float) -> float:
-    return similarity_ratio("\n".join(lines), expected) ** power if lines else 0.0
+def counted_lines(lines: Sequence[str], expected_count: int) -> tuple[list[str], int]:
+    """The lines an answer is scored on, and its surplus: the first `expected_count` distinct
+    lines (a repeated line dropped where it repeats), and how many lines the answer has beyond
+    them (repeats and lines past the names given)."""
+    seen: set[str] = set()
+    distinct = [line for line in lines if not (line in seen or seen.add(line))]
+    kept = distinct[:expected_count]
+    return kept, len(lines) - len(kept)
 
 
-def turn_score(text: Any, tag: str, expected: str, power: float, multi_attempt: bool = False) -> float:
+def _lines_score(lines: Sequence[str], expected: str, power: float, count_names: bool = False) -> float:
+    """similarity ** power of the lines (0.1.5). `count_names`: the similarity of the counted
+    lines only (`counted_lines`), times the format part n / (n + surplus), n = the expected
+    names: a repeated or extra name never raises the score, and each one lowers it."""
+    if not lines:
+        return 0.0
+    if not count_names:
+        return similarity_ratio("\n".join(lines), expected) ** power
+    n = expected.count("\n") + 1
+    kept, surplus = counted_lines(lines, n)
+    return similarity_ratio("\n".join(kept), expected) ** power * n / (n + surplus)
+
+
+def turn_score(
+    text: Any, tag: str, expected: str, power: float, multi_attempt: bool = False, count_names: bool = False
+) -> float:
     """Score of one assistant message against `expected` (the expected lines prepared the same
     way, see `expected_text`): similarity ** power of its last block (0.1.5). `multi_attempt`
     (0.1.6 on): every block is an attempt, each must score strictly above the one before (else
-    the turn scores 0), and the turn scores its last attempt."""
+    the turn scores 0), and the turn scores its last attempt. `count_names`: see `_lines_score`."""
     if not multi_attempt:
-        return _lines_score(answer_lines(text, tag), expected, power)
-    scores = [_lines_score(lines, expected, power) for lines in attempt_lines(text, tag)]
+        return _lines_score(answer_lines(text, tag), expected, power, count_names)
+    scores = [_lines_score(lines, expected, power, count_names) for lines in attempt_lines(text, tag)]
     if not scores:
         return 0.0
     if any(later <= earlier for earlier, later in itertools.pairwise(scores)):
@@ -136,7 +161,11 @@ def expected_text(lines: Sequence[str]) -> str:
 
 
 def turn_scores(
-    completion: Any, info: dict[str, Any], power: float, multi_attempt: bool = False
+    completion: Any,
+    info: dict[str, Any],
+    power: float,
+    multi_attempt: bool = False,
+    count_names: bool = False,
 ) -> list[float]:
     """Per-turn scores of a rollout; turns the model never answered score 0."""
     ground_truths = info["ground_truths"]
@@ -154,6 +183,7 @@ def turn_scores(
                     expected_text(ground_truths[turn - 1]),
                     power,
                     multi_attempt,
+                    count_names,
                 )
             )
     return scores
@@ -179,6 +209,7 @@ class AlphabetSortEnv(Environment):
         sort_by: str | None = None,
         random_template_count: bool = False,
         collation: str | None = None,
+        count_names: bool = True,
         names_source: str | None = None,
         seed: int = 0,
         num_train_examples: int = 1000,
@@ -214,6 +245,7 @@ class AlphabetSortEnv(Environment):
                 f"env.collation: expected null (the language's order) or codepoint, got {collation!r}"
             )
         self.collation = collation
+        self.count_names = bool_arg("count_names", count_names)
         needed = self.max_turns * self.max_names_per_turn
         # a names file is read once, whatever the number of languages (language=mix)
         pool = load_names(names_source) if isinstance(names_source, str) and names_source.strip() else None
@@ -414,7 +446,7 @@ class AlphabetSortEnv(Environment):
         """Per-turn scores (for logging): similarity ** power each, or (power_per_turn=false) the
         raw similarities, whose mean the power then applies to."""
         power = self.similarity_power if self.power_per_turn else 1
-        return turn_scores(completion, info, power, self.multi_attempt)
+        return turn_scores(completion, info, power, self.multi_attempt, self.count_names)
 
     def _reward(
         self,

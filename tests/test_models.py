@@ -478,3 +478,33 @@ def test_the_shipped_warm_start_loads_offline_and_sorts_names(tmp_path):
     backend = make_backend(settings.generation, model, tokenizer, settings.model)
     result = evaluate(EvalSetup.of(settings), env, backend, tmp_path / "eval", label="warm")
     assert result.mean > 0.25
+
+
+def test_the_multilingual_base_copies_names_in_every_language_it_claims():
+    """model=small_multilingual (grpo/assets, scripts/build_multilingual_base.py) loads offline from
+    the package and, on list tasks of another seed than its build's, copies the names exactly in
+    every one of the eleven languages, as its sft_meta.json says it measured (>= 0.9)."""
+    import importlib.util
+    import json
+
+    from grpo.files import ASSETS_DIR
+
+    spec = importlib.util.spec_from_file_location(
+        "build_multilingual_base",
+        Path(__file__).resolve().parents[1] / "scripts" / "build_multilingual_base.py",
+    )
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    settings = load_settings(["+experiment=alphabet_sort_multilingual", "tracking=none"])
+    assert settings.model.name == "small_multilingual"
+    assert Path(settings.model.path) == ASSETS_DIR / "small_multilingual"
+    meta = json.loads((ASSETS_DIR / "small_multilingual" / "sft_meta.json").read_text())
+    assert set(meta["copy_accuracy"]) == set(build.LANGUAGES) and len(build.LANGUAGES) == 11
+    assert all(v["names"] >= 0.9 for v in meta["copy_accuracy"].values())
+    model, tokenizer = load_policy(settings.model)
+    assert next(model.parameters()).dtype == torch.float32
+    rows = build.heldout(build.list_env(), "copy", seed=7, per_language=6)
+    accuracy = build.list_accuracy(model, tokenizer, settings, rows)
+    assert set(accuracy) == set(build.LANGUAGES)
+    low = {code: v["names"] for code, v in accuracy.items() if v["names"] < 0.8}
+    assert not low, f"names copied exactly under 0.8 in {low}"

@@ -1,7 +1,7 @@
 """Does GRPO make the model better at alphabet-sort in every language of a mix, on a CPU?
 
 The recipe is conf/experiment/alphabet_sort_multilingual.yaml (`python -m grpo
-+experiment=alphabet_sort_multilingual`): model=small, one turn of 2-4 names, language=mix with five
++experiment=alphabet_sort_multilingual`): model=small_multilingual (the shipped multilingual base), one turn of 2-4 names, language=mix with five
 balanced members of three scripts (default en, sv, ru, zh, ja), an SFT warm start on the env's own
 reference episodes, then GRPO. Side by side in one process, every policy scored by the rubric on the
 same eval rows and seeds (benchmarks/learning.py):

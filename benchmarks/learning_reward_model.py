@@ -1,12 +1,15 @@
 """Does GRPO against a learned reward model make the policy better at the task, in every language?
 
-The recipe is conf/experiment/alphabet_sort_multilingual.yaml (five languages, three scripts), in
-one process (benchmarks/learning.py), from one SFT checkpoint (--sft=DIR reuses one):
+The recipe is conf/experiment/alphabet_sort_multilingual.yaml (five languages, three scripts, from
+the multilingual base model=small_multilingual), in one process (benchmarks/learning.py), from one
+SFT checkpoint (--sft=DIR reuses one):
 
  1. the reward models: two ensemble members (data and weight seeds 0 and 1) trained with the
     default recipe on synthetic pairs of the recipe's env and languages, hard negatives included;
     for the hard-negative ablation, two more on the edit corruptions alone. Held-out accuracy per
-    language and corruption kind is printed;
+    language and corruption kind is printed. Their backbone is the policy's base with a new score
+    head (reward_model/backbone=small_multilingual; --rm-backbone=tiny: the random tiny backbone of
+    the earlier results);
  2. GRPO arms from the SFT checkpoint, seed 0, trainer.max_steps each (--steps, default 60), the
     last policy kept (trainer.keep_best=false), validation every 20 steps:
         rubric        the env's rubric only (the true task reward, 1 rubric call per completion)
@@ -34,7 +37,7 @@ one process (benchmarks/learning.py), from one SFT checkpoint (--sft=DIR reuses 
  6. labels spent by the rounds against the rubric calls of rubric-only GRPO.
 
     python benchmarks/learning_reward_model.py [--sft=DIR] [--steps=N] [--arms=rm,no_rounds,...]
-        [--plot=PATH] [overrides ...]     # e.g. 'language.members=[de,fr,ru,zh,ja]'
+        [--rm-backbone=small_multilingual] [--plot=PATH] [overrides ...]     # e.g. 'language.members=[de,fr,ru,zh,ja]'
 
 Last lines: `rubric_gain: X` (the rm arm's mean rubric gain over the SFT model) and
 `worst_rubric_gain: Y` (its smallest per-language gain).
@@ -55,6 +58,9 @@ from learning import MULTILINGUAL, Bench, paired, split_args  # noqa: E402
 from grpo.config import EDIT_CORRUPTIONS  # noqa: E402
 from grpo.tracking.plots import RM_REWARD, plot_rewards_by_language  # noqa: E402
 
+# the members' backbone: the policy's multilingual base with a new score head (--rm-backbone=tiny:
+# the random tiny backbone of the earlier results)
+RM_BACKBONE = "small_multilingual"
 RM_ONLY = ["reward_model=ensemble", "reward_model.rubric_weight=0"]
 MIXED = ["reward_model=ensemble", "reward_model.rubric_weight=1"]
 ABLATIONS = {
@@ -70,15 +76,16 @@ ABLATIONS = {
 }
 
 
-def train_members(bench: Bench, label: str, more: list[str]) -> list[str]:
-    """Two reward models (seeds 0 and 1) of the recipe; their dirs."""
+def train_members(bench: Bench, label: str, more: list[str], backbone: str = RM_BACKBONE) -> list[str]:
+    """Two reward models (seeds 0 and 1) of the recipe on `backbone` (a conf/reward_model/backbone
+    preset); their dirs."""
     from grpo.reward_model.train import format_kind_table, train_reward_model
 
     paths = []
     for seed in (0, 1):
         settings = bench.variant(
-            "reward_model=learned", "stages=[reward_model]", f"reward_model.data.seed={seed}",
-            f"reward_model.backbone.seed={seed}", *more,
+            "reward_model=learned", f"reward_model/backbone={backbone}", "stages=[reward_model]",
+            f"reward_model.data.seed={seed}", f"reward_model.backbone.seed={seed}", *more,
         )  # fmt: skip
         began = time.perf_counter()
         rm = train_reward_model(settings, bench.out / f"{label}_{seed}")
@@ -148,8 +155,9 @@ def main(argv: list[str]) -> None:
     arms = options.get("arms", "rubric,rm,no_rounds,no_hard_neg,no_kl,no_cap,mean").split(",")
 
     began = time.perf_counter()
-    members = train_members(bench, "rm", [])
-    plain = train_members(bench, "rm_edits", [f"reward_model.data.synthetic.corruptions=[{','.join(EDIT_CORRUPTIONS)}]"]) if "no_hard_neg" in arms else []  # fmt: skip
+    backbone = options.get("rm-backbone", RM_BACKBONE)
+    members = train_members(bench, "rm", [], backbone)
+    plain = train_members(bench, "rm_edits", [f"reward_model.data.synthetic.corruptions=[{','.join(EDIT_CORRUPTIONS)}]"], backbone) if "no_hard_neg" in arms else []  # fmt: skip
     rm_seconds = time.perf_counter() - began
 
     for label in arms:
@@ -165,7 +173,7 @@ def main(argv: list[str]) -> None:
     print(
         f"\nThe reward model in the loop: alphabet-sort in {members_list} (model {s.model.name}), {steps} GRPO steps per arm"
     )
-    print(f"reward models: {rm_seconds:.0f} s for {2 + len(plain)} members")
+    print(f"reward models: {rm_seconds:.0f} s for {2 + len(plain)} members (backbone {backbone})")
     print(
         f"{len(bench.languages)} eval rows x {s.eval.rollouts_per_example} rollouts, every policy scored by the "
         "rubric (the task reward)"

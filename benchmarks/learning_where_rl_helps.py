@@ -2,7 +2,8 @@
 or scarce, in every language of a mix.
 
 Two settings of alphabet-sort (the five-language recipe, conf/experiment/alphabet_sort_multilingual
-.yaml: model=small from the English warm start, one turn of 2-4 names). In each, ONE SFT checkpoint
+.yaml: from the multilingual base model=small_multilingual, which copies every script but sorts
+English only; one turn of 2-4 names). In each, ONE SFT checkpoint
 and these arms from it, every policy scored by the env's own rubric on the same eval rows x rollouts
 and seeds (benchmarks/learning.py), with paired standard errors:
 
@@ -20,8 +21,8 @@ Settings (--setting=demonstrator|scarce|both, default both):
                  evaluation score with the language's rule. Reported per language on the rows where
                  the demonstrator is wrong ("affected") and on the others. Default members
                  en, fr, es, zh, ja.
-  scarce         scarce native demonstrations: --per-language=N per language on top of the English
-                 warm start (sft.num_examples_per_language=N); more SFT re-reads the same N, GRPO
+  scarce         scarce native demonstrations: --per-language=N per language on top of the
+                 multilingual base (sft.num_examples_per_language=N); more SFT re-reads the same N, GRPO
                  draws new prompts scored by each language's rubric. Default members en, sv, ru, zh, ja.
 
 Overrides after the options apply to both settings (e.g. 'language.members=[de,es,ru,zh,ja]').
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -116,6 +118,7 @@ def run_setting(name: str, overrides: Sequence[str], options: dict[str, str]) ->
         masks = {"affected": affected, "other": [not a for a in affected]}
     report = table(bench, [a.label for a in grpo], masks)
     truncation = truncation_table(bench, [a.label for a in grpo])
+    padded = padded_table(bench, [a.label for a in grpo])
     plot = plot_clock(bench, name, [a.label for a in grpo], Path(options.get("plot-dir", "docs")))
     minutes = (time.perf_counter() - start) / 60
     print(f"plot: {plot}\n{name}: {minutes:.1f} min")
@@ -128,7 +131,9 @@ def run_setting(name: str, overrides: Sequence[str], options: dict[str, str]) ->
         gains = {c: g for c, g in report["affected"].items() if c != "all" and share[c] >= AFFECTED_SHARE}
     else:
         gains = {c: g for c, g in report["all rows"].items() if c != "all"}
-    return {"bench": bench, "gains": gains, "plot": plot, "minutes": minutes, "truncation": truncation}
+    return {
+        "bench": bench, "gains": gains, "plot": plot, "minutes": minutes, "truncation": truncation, "padded": padded,
+    }  # fmt: skip
 
 
 def table(bench: Bench, grpo_labels: list[str], masks: dict[str, list[bool]]) -> dict[str, dict[str, float]]:
@@ -183,6 +188,41 @@ def truncation_table(bench: Bench, grpo_labels: list[str]) -> dict[str, bool]:
     return ok
 
 
+def padded_share(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Per language ("all" too): the share of rollouts with a turn whose answer block holds more
+    lines than the turn's expected names, or a line twice (padding)."""
+    from grpo.envs.alphabet_sort import answer_lines, turn_tag
+    from grpo.envs.parsers import assistant_turns
+
+    flags: dict[str, list[bool]] = {}
+    for rec in records:
+        answers = assistant_turns(rec["completion"])
+        padded = False
+        for turn, expected in enumerate(rec["info"]["ground_truths"], 1):
+            lines = answer_lines(answers[turn - 1], turn_tag(turn)) if turn <= len(answers) else []
+            padded |= len(lines) > len(expected) or len(set(lines)) < len(lines)
+        for key in ("all", rec["language"]):
+            flags.setdefault(key, []).append(padded)
+    return {k: sum(v) / len(v) for k, v in flags.items()}
+
+
+def padded_table(bench: Bench, grpo_labels: list[str]) -> dict[str, dict[str, float]]:
+    """The share of padded eval rollouts (padded_share) per arm and language; returns arm ->
+    language -> share."""
+    labels = ["sft", "more_sft", *grpo_labels]
+    shares = {}
+    for k in labels:
+        with (bench.out / f"eval_{k}" / "results.jsonl").open(encoding="utf-8") as f:
+            shares[k] = padded_share([json.loads(line) for line in f])
+    codes = ["all", *sorted(set(bench.languages))]
+    print("\npadded eval rollouts (more lines than names given, or a name twice):")
+    print("| language | " + " | ".join(labels) + " |")
+    print("|---" * (1 + len(labels)) + "|")
+    for code in codes:
+        print(f"| {code} | " + " | ".join(f"{shares[k].get(code, 0.0):.1%}" for k in labels) + " |")
+    return shares
+
+
 def plot_clock(bench: Bench, name: str, grpo_labels: list[str], plot_dir: Path) -> Path:
     """Per language, held-out reward against training seconds: GRPO (each seed) and more SFT."""
     from grpo.tracking.plots import plot_rewards_by_language
@@ -227,6 +267,8 @@ def log_to_mlflow(name: str, result: dict[str, Any], report: str) -> None:
             metrics[f"seconds/{label}"] = arm.seconds
             for code, share in arm.truncated.items():
                 metrics[f"truncated/{label}/{code}"] = share
+            for code, share in result["padded"].get(label, {}).items():
+                metrics[f"padded/{label}/{code}"] = share
         tracker.log_metrics(metrics, 0)
         tracker.log_artifact(result["plot"], "plots")
         tracker.log_artifact(out / "report.txt", "report")

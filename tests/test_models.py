@@ -482,8 +482,11 @@ def test_the_shipped_warm_start_loads_offline_and_sorts_names(tmp_path):
 
 def test_the_multilingual_base_copies_names_in_every_language_it_claims():
     """model=small_multilingual (grpo/assets, scripts/build_multilingual_base.py) loads offline from
-    the package and, on list tasks of another seed than its build's, copies the names exactly in
-    every one of the eleven languages, as its sft_meta.json says it measured (>= 0.9)."""
+    the package, its sft_meta.json records what docs/models.md says it measured (160 held-out lists
+    per language, at least the build's floor of 0.8 of the names copied exactly in every language),
+    and on lists of
+    another seed it copies in every one of the eleven languages (the English warm start it was built
+    from copies few names in other scripts)."""
     import importlib.util
     import json
 
@@ -500,11 +503,14 @@ def test_the_multilingual_base_copies_names_in_every_language_it_claims():
     assert Path(settings.model.path) == ASSETS_DIR / "small_multilingual"
     meta = json.loads((ASSETS_DIR / "small_multilingual" / "sft_meta.json").read_text())
     assert set(meta["copy_accuracy"]) == set(build.LANGUAGES) and len(build.LANGUAGES) == 11
-    assert all(v["names"] >= 0.9 for v in meta["copy_accuracy"].values())
+    assert meta["heldout_lists_per_language"] >= 160
+    assert all(v["names"] >= 0.8 for v in meta["copy_accuracy"].values())
     model, tokenizer = load_policy(settings.model)
     assert next(model.parameters()).dtype == torch.float32
-    rows = build.heldout(build.list_env(), "copy", seed=7, per_language=6)
+    # 48 lists per language (~140 names): a language's share moves by ~0.05 between seeds
+    rows = build.heldout(build.list_env(), "copy", seed=7, per_language=48)
     accuracy = build.list_accuracy(model, tokenizer, settings, rows)
     assert set(accuracy) == set(build.LANGUAGES)
-    low = {code: v["names"] for code, v in accuracy.items() if v["names"] < 0.8}
-    assert not low, f"names copied exactly under 0.8 in {low}"
+    low = {code: v["names"] for code, v in accuracy.items() if v["names"] < 0.75}
+    assert not low, f"names copied exactly under 0.75 in {low}"
+    assert sum(v["names"] for v in accuracy.values()) / len(accuracy) >= 0.85

@@ -292,11 +292,18 @@ def main(argv: list[str]) -> None:
     options = {a[2:].split("=", 1)[0]: a.split("=", 1)[1] for a in argv if a.startswith("--") and "=" in a}
     overrides = [a for a in argv if not a.startswith("--")]
     out = Path(options.get("out", ASSETS_DIR / NAME))
-    steps = int(options.get("steps", STEPS))
-    # a floor against a broken build (900 steps at a constant lr copied 0.46-0.71), not the 0.9 aim
-    # (docs/models.md: the shipped base copies 0.85-0.97)
-    min_copy = float(options.get("min-copy", 0.8))
-    lists = int(options.get("lists", HELDOUT_PER_LANGUAGE))
+    try:
+        steps = int(options.get("steps", STEPS))
+        # a floor against a broken build (900 steps at a constant lr copied 0.46-0.71), not the 0.9
+        # aim (docs/models.md: the shipped base copies 0.85-0.97)
+        min_copy = float(options.get("min-copy", 0.8))
+        lists = int(options.get("lists", HELDOUT_PER_LANGUAGE))
+    except ValueError as e:
+        print(f"build_multilingual_base: --steps, --lists take a whole number, --min-copy a number ({e})")
+        raise SystemExit(2) from None
+    if steps < 1 or lists < 1 or not 0.0 <= min_copy <= 1.0:
+        print("build_multilingual_base: --steps and --lists must be >= 1, --min-copy in [0, 1]")
+        raise SystemExit(2)
     if "--measure-only" in argv:
         remeasure(out, lists)
         return

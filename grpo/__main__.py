@@ -79,6 +79,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
         # a no-op for what the preflight checked; a sweep job with sampled values is checked here
         check_once(settings, plan)
+        from grpo.memory import plan_run
+
+        # before any model loads: will the run fit its device? (a GPU's run, or memory.plan=true)
+        plan_run(settings)
         from grpo.stages import run_stages
 
         try:

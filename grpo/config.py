@@ -360,11 +360,16 @@ class TrainerConfig:
     name: str = "grpo"
     # completions sampled per prompt: the group whose rewards are compared (G)
     num_generations: int = 4
-    # per-device micro-batch counted in COMPLETIONS (prompts per micro-batch = this / num_generations);
-    # a multiple of num_generations
+    # completions per optimizer step, all processes together (prompts per step x num_generations):
+    # the generation batch, sampled with one set of weights and trained on in one step; null =
+    # per_device_batch_completions x gradient_accumulation_steps x processes (grpo/train/geometry.py)
+    completions_per_step: int | None = None
+    # the micro-batch: completions per forward/backward on each process, what memory allows (a
+    # multiple of num_generations; prompts per micro-batch = this / num_generations)
     per_device_batch_completions: int = 8
-    # micro-batches per optimizer step (completions per step = per_device_batch_completions x this x devices)
-    gradient_accumulation_steps: int = 1
+    # micro-batches per optimizer step on each process; null = completions_per_step /
+    # (per_device_batch_completions x processes), or 1 without completions_per_step
+    gradient_accumulation_steps: int | None = None
     # optimizer steps of the run
     max_steps: int = 8
     # how token losses are aggregated (TRL loss_type): grpo | dr_grpo | dapo | bnpo | cispo | sapo
@@ -402,7 +407,8 @@ class TrainerConfig:
     save_total_limit: int | None = 2
     # bf16 mixed precision: on for GPUs, off on CPU
     bf16: bool = False
-    # recompute activations in the backward pass: less memory, ~20-30% slower
+    # recompute each layer's activations in the backward pass: the micro-batch's activations shrink
+    # to the layers' inputs (the memory plan says by how much), the backward does a second forward
     gradient_checkpointing: bool = False
     # also write each logged batch's completions and per-function rewards to
     # <run_dir>/checkpoints/completions/*.parquet
@@ -637,6 +643,22 @@ class ServeConfig:
 
 
 @dataclass
+class MemoryConfig:
+    # the memory plan of the run (grpo/memory/): what each stage holds on the device at its peak,
+    # measured on the run's real step under PyTorch's fake tensors before any model loads, printed
+    # in the header; a run that cannot fit is refused. null = when the run is planned for a GPU (a
+    # CUDA GPU is visible, or device_gib is set); true = also on CPU (against the host's memory);
+    # false = never
+    plan: bool | None = None
+    # GiB of the device the run is planned for; null = the device's own (the first CUDA GPU, else
+    # the host's memory). Set it to plan a GPU you do not have here (24, 48, 80, 141)
+    device_gib: float | None = None
+    # GiB the plan cannot see and keeps free on a GPU: the CUDA context and kernels (~0.5-1 GiB),
+    # the caching allocator's fragmentation
+    reserve_gib: float = 1.5
+
+
+@dataclass
 class GrpoConfig:
     # what the entry point does, in order: reward_model (train an RM), sft (supervised warm start on
     # demonstrations), eval, train; an eval before train is the baseline, one after it the final
@@ -663,6 +685,7 @@ class GrpoConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
 
 
 _schema_registered = False

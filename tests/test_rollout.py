@@ -16,7 +16,7 @@ from grpo.compose import load_settings
 from grpo.envs import build_env
 from grpo.errors import UserError
 from grpo.generation import GenRequest, Sampling, make_backend
-from grpo.generation.hf import HFBackend, _growing_cache, _GrowingLayer, _SampleAndRecord
+from grpo.generation.hf import HFBackend, _GrowingLayer, _SampleAndRecord, growing_cache
 from grpo.models import load_policy, load_tokenizer
 from grpo.rollout import TurnTokenizer, run_rollouts
 
@@ -237,7 +237,7 @@ def test_growing_cache_decodes_as_generates_own_cache(policy):
     config = GenerationConfig(
         max_new_tokens=300, min_new_tokens=300, do_sample=False, pad_token_id=0, return_dict_in_generate=True
     )
-    cache = _growing_cache(model)
+    cache = growing_cache(model)
     assert cache is not None and all(isinstance(layer, _GrowingLayer) for layer in cache.layers)
     with torch.no_grad():
         ours = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, cache=cache)

@@ -24,6 +24,7 @@ from grpo.envs.parsers import assistant_turns
 from grpo.envs.rubric import RewardFunc, Rubric
 from grpo.errors import UserError
 from grpo.models import load_policy
+from grpo.train.geometry import step_geometry
 from grpo.train.grpo_args import grpo_config_kwargs, make_grpo_config
 from grpo.train.rollout_func import EnvRolloutFunc, PromptIndex
 from grpo.train.trainer import build_trainer, train
@@ -138,20 +139,111 @@ def test_qwen3_recipe():
     cfg = load_settings(["+env=alphabet_sort", "model=qwen3_0_6b"])
     t, o = cfg.trainer, cfg.optimizer
     assert cfg.model.path == "Qwen/Qwen3-0.6B" and cfg.model.dtype == "bfloat16"
-    assert (
-        t.num_generations == 8
-        and t.per_device_batch_completions == 8 * 8
-        and t.gradient_accumulation_steps == 8
-    )
+    # the Hub recipe's 64 completions per step (8 prompts x 8), in 8 micro-batches of 8 completions
+    geometry = step_geometry(t, processes=1)
+    assert (geometry.completions_per_step, geometry.prompts_per_step, t.num_generations) == (64, 8, 8)
+    assert (geometry.micro_batch, geometry.accumulation, t.gradient_checkpointing) == (8, 8, True)
     assert (t.max_steps, t.logging_steps, t.save_steps, t.bf16) == (1000, 1, 100, True)
     assert (o.lr, o.lr_scheduler) == (1e-6, "constant_with_warmup")
     assert cfg.generation.backend == "vllm_colocate"
+    # TRL receives the micro-batch as its per-device batch and one generation of 64 per step
+    args = grpo_config_kwargs(cfg, Path("unused"), [1.0])
+    assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"]) == (8, 8)
+    assert args["activation_checkpointing"] is True
     # the algorithm preset and the command line still win
     cfg = load_settings(
         ["+env=alphabet_sort", "model=qwen3_0_6b", "trainer=dapo", "generation=hf", "optimizer.lr=3e-6"]
     )
-    assert (cfg.trainer.loss_type, cfg.trainer.per_device_batch_completions) == ("dapo", 64)
+    assert (cfg.trainer.loss_type, cfg.trainer.completions_per_step) == ("dapo", 64)
     assert (cfg.generation.backend, cfg.optimizer.lr) == ("hf", 3e-6)
+    # a smaller micro-batch keeps the step: the accumulation follows
+    cfg = load_settings(["+env=alphabet_sort", "model=qwen3_0_6b", "trainer.per_device_batch_completions=16"])
+    assert step_geometry(cfg.trainer, processes=1).accumulation == 4
+    assert step_geometry(cfg.trainer, processes=2).accumulation == 2
+
+
+def test_step_geometry_in_grpos_words():
+    def geometry(*overrides, processes=1):
+        return step_geometry(load_settings(["+env=alphabet_sort", *overrides]).trainer, processes=processes)
+
+    # without completions_per_step: micro-batch x accumulation x processes (the default: 8 x 1)
+    plain = geometry()
+    assert (plain.completions_per_step, plain.micro_batch, plain.accumulation) == (8, 8, 1)
+    assert geometry("trainer.gradient_accumulation_steps=3", processes=2).completions_per_step == 48
+    # with it: the accumulation follows, per process
+    g = geometry("trainer.completions_per_step=32")
+    assert (g.accumulation, g.prompts_per_step, g.local_completions_per_step) == (4, 8, 32)
+    assert g.describe() == "32 completions per step (8 prompts x 4) in 4 micro-batch(es) of 8"
+    assert geometry("trainer.completions_per_step=32", processes=4).accumulation == 1
+    # numbers that do not fit together: one line each, naming the fix
+    with pytest.raises(
+        UserError, match=r"completions_per_step=20 is not a whole number of micro-batches.*set it to 16 or 24"
+    ):
+        geometry("trainer.completions_per_step=20")
+    with pytest.raises(
+        UserError, match=r"completions_per_step=8 is not a whole number of micro-batches.*x 2 processes.*16"
+    ):
+        geometry("trainer.completions_per_step=8", processes=2)
+    with pytest.raises(
+        UserError,
+        match=r"gradient_accumulation_steps=2 disagrees with trainer.completions_per_step=32 \(= 4 micro-batches",
+    ):
+        geometry("trainer.completions_per_step=32", "trainer.gradient_accumulation_steps=2")
+    assert (
+        geometry("trainer.completions_per_step=32", "trainer.gradient_accumulation_steps=4").accumulation == 4
+    )
+    with pytest.raises(
+        UserError, match="per_device_batch_completions=6 is not a multiple of trainer.num_generations=4"
+    ):
+        geometry("trainer.per_device_batch_completions=6")
+
+
+class MicroBatchCount(TrainerCallback):
+    """Counts the forward/backward micro-batches of each optimizer step (transformers calls
+    on_substep_end after every micro-batch but a step's last, then on_step_end)."""
+
+    def __init__(self):
+        self.micro, self.per_step = 0, []
+
+    def on_substep_end(self, args, state, control, **kwargs):
+        self.micro += 1
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.per_step.append(self.micro + 1)
+        self.micro = 0
+
+
+def test_completions_per_step_train_in_micro_batches_and_resume(tmp_path):
+    """completions_per_step=16 in micro-batches of 4: one generation of 16 completions (4 prompts
+    x 4) per optimizer step, trained in 4 forward/backward passes; a resume goes on the same way."""
+    overrides = [
+        "trainer.completions_per_step=16",
+        "trainer.per_device_batch_completions=4",
+        "trainer.save_steps=1",
+    ]
+
+    def run(run_dir, max_steps, *extra):
+        cfg = small_cfg("char_target", *overrides, f"trainer.max_steps={max_steps}", *extra)
+        count = MicroBatchCount()
+        bundle = build_trainer(cfg, build_env(cfg.env, cfg.language), run_dir, callbacks=[count])
+        generated, rollout = [], bundle.trainer.rollout_func
+
+        def counted(prompts, trainer):
+            generated.append(len(prompts))
+            return rollout(prompts, trainer)
+
+        bundle.trainer.rollout_func = counted
+        bundle.trainer.train(resume_from_checkpoint=str(bundle.resume_from) if bundle.resume_from else None)
+        return bundle.trainer, generated, count.per_step
+
+    trainer, generated, micro = run(tmp_path / "first", 2)
+    assert trainer.state.global_step == 2
+    assert trainer.args.per_device_train_batch_size == 4 and trainer.args.generation_batch_size == 16
+    # TRL hands the rollout function the prompts of a whole generation batch: 16 = 4 prompts x 4
+    assert generated == [16, 16] and micro == [4, 4]
+
+    trainer, generated, micro = run(tmp_path / "second", 3, f"resume={tmp_path / 'first'}")
+    assert trainer.state.global_step == 3 and generated == [16] and micro == [4]
 
 
 def test_prompt_index_maps_prompts_back_to_rows():

@@ -36,6 +36,7 @@ from grpo.generation.base import GenRequest, Sampling
 from grpo.models.weights import weights_identity
 from grpo.run.checkpoints import checkpoint_step, is_complete_checkpoint, latest_checkpoint
 from grpo.train.ahead import LookAhead
+from grpo.train.geometry import step_geometry
 from grpo.train.trainer import build_trainer
 from grpo.trl_adapter.trainer import run_trainer
 
@@ -119,7 +120,8 @@ def test_the_hub_recipe_and_its_cpu_twin_carry_the_recipes_settings():
         assert (s.generation.num_batches_ahead, s.generation.max_concurrent) == (1, 1024)
         assert s.generation.async_generation_timeout == 300.0
         t = s.trainer
-        assert (t.num_generations, t.per_device_batch_completions, t.gradient_accumulation_steps) == (8, 8, 8)
+        geometry = step_geometry(t, processes=1)
+        assert (t.num_generations, geometry.completions_per_step, geometry.micro_batch) == (8, 64, 8)
         assert (s.env["name"], s.env["min_turns"], s.env["max_turns"]) == ("alphabet_sort", 1, 3)
     assert (gpu.trainer.max_steps, gpu.trainer.save_steps) == (1000, 100)
     assert (cpu.model.name, cpu.generation.backend, cpu.generation.base_url) == (

@@ -25,6 +25,7 @@ from grpo.config import GrpoConfig
 from grpo.evaluation.checks import check_eval
 from grpo.generation.checks import check_generation, check_vllm_model
 from grpo.languages.checks import check_language
+from grpo.memory.checks import check_memory
 from grpo.models.checks import check_model, check_torch_builds
 from grpo.reward_model.checks import check_reward_model
 from grpo.run.checks import check_finite_numbers, check_resume, check_stages
@@ -76,6 +77,7 @@ def check(s: GrpoConfig, resume: ResumePlan | None = None) -> None:
     if "sft" in s.stages:
         check_sft(s)
     check_tracking(s.tracking)
+    check_memory(s.memory)
     if s.tracking.backend == "mlflow":
         check_tracking_store(s)
 

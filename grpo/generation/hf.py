@@ -284,7 +284,7 @@ class HFBackend(ChatTokenizerSide):
             logits_processor=LogitsProcessorList(processors),
             stopping_criteria=StoppingCriteriaList([stop]),
             **({"synced_gpus": True} if self.lockstep else {}),
-            **{_cache_name(): past if past is not None else _growing_cache(self.model)},
+            **{_cache_name(): past if past is not None else growing_cache(self.model)},
         )
         sequences = out.sequences
         generated = sequences[:, width:]
@@ -349,7 +349,7 @@ def _cache_name() -> str:
     return list(getattr(utils, "ALL_CACHE_NAMES", None) or ["past_key_values"])[0]
 
 
-def _growing_cache(model: Any) -> Any:
+def growing_cache(model: Any) -> Any:
     """A DynamicCache whose full-attention layers grow into spare capacity (_GrowingLayer); None
     (generate makes its own) for a model or transformers version where that does not apply."""
     supports = getattr(model, "_supports_default_dynamic_cache", None)

@@ -123,7 +123,7 @@ def local_dir_problem(field: str, path: str, required: Sequence[str], what: str)
     return None
 
 
-def _check_source(field: str, path: str, required: Sequence[str], what: str) -> str:
+def checked_source(field: str, path: str, required: Sequence[str], what: str) -> str:
     """Fail fast, in one line, on a path that cannot work. Returns the path to hand to from_pretrained."""
     problem = local_dir_problem(field, path, required, what)
     if problem is not None:
@@ -182,7 +182,7 @@ def load_tokenizer(model_cfg: WeightsConfig, padding_side: str = "left") -> PreT
         return tiny_tokenizer(padding_side)
     if path is None:
         path, field = str(model_cfg.path), "model.path"
-    target = _check_source(field, path, TOKENIZER_FILES, "tokenizer")
+    target = checked_source(field, path, TOKENIZER_FILES, "tokenizer")
 
     from transformers import AutoTokenizer
 
@@ -212,7 +212,7 @@ def load_policy(
         return _with_adapter(model, tokenizer, model_cfg) if model_cfg.adapter else (model, tokenizer)
 
     path = str(model_cfg.path)
-    target = _check_source("model.path", path, MODEL_FILES, "model")
+    target = checked_source("model.path", path, MODEL_FILES, "model")
     from transformers import AutoModelForCausalLM
 
     try:

@@ -220,12 +220,12 @@ def trains_tokenizer(backbone_cfg: RewardModelBackboneConfig, num_pairs: int) ->
 
 
 def _check_paths(backbone_cfg: RewardModelBackboneConfig) -> None:
-    from grpo.models.loading import MODEL_FILES, TOKENIZER_FILES, _check_source
+    from grpo.models.loading import MODEL_FILES, TOKENIZER_FILES, checked_source
 
     if backbone_cfg.source == "pretrained":
-        _check_source(f"{FIELD}.path", str(backbone_cfg.path), MODEL_FILES, "model")
+        checked_source(f"{FIELD}.path", str(backbone_cfg.path), MODEL_FILES, "model")
     if backbone_cfg.tokenizer:
-        _check_source(f"{FIELD}.tokenizer", backbone_cfg.tokenizer, TOKENIZER_FILES, "tokenizer")
+        checked_source(f"{FIELD}.tokenizer", backbone_cfg.tokenizer, TOKENIZER_FILES, "tokenizer")
 
 
 def add_language_tags(tokenizer: PreTrainedTokenizerBase, languages: Sequence[str]) -> int:
@@ -244,10 +244,10 @@ def _load_pretrained(
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from grpo.models.loading import MODEL_FILES, _check_source, _load_error, load_errors
+    from grpo.models.loading import MODEL_FILES, _load_error, checked_source, load_errors
 
     path = str(backbone_cfg.path)
-    target = _check_source(f"{FIELD}.path", path, MODEL_FILES, "model")
+    target = checked_source(f"{FIELD}.path", path, MODEL_FILES, "model")
     try:
         # the new score head is random: seed it so the same config gives the same start
         with torch.random.fork_rng(devices=[]):

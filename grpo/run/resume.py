@@ -66,6 +66,8 @@ RESUMABLE_KEYS = (
     "trainer.keep_best",
     "eval",
     "tracking",
+    # the memory plan observes the run; an OOM'd run resumes with another device's plan
+    "memory",
 )
 # how many resumes deep a chain is followed (a guard against a dir that names itself)
 MAX_CHAIN = 100

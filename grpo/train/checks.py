@@ -22,7 +22,8 @@ from grpo.config import (
 )
 from grpo.errors import reject
 from grpo.evaluation.checks import disjoint_eval_rows
-from grpo.run.distributed import has_cuda_gpu, world_size
+from grpo.run.distributed import has_cuda_gpu
+from grpo.train.geometry import step_geometry
 
 # a model turn needs room for at least a short answer and its end-of-turn token
 MIN_TOKENS_PER_TURN = 16
@@ -34,16 +35,8 @@ def check_trainer(t: TrainerConfig) -> None:
             f"trainer.num_generations={t.num_generations}: GRPO needs a group of at least 2 completions per "
             "prompt to compute advantages; set trainer.num_generations=4 or more"
         )
-    if t.per_device_batch_completions < 1 or t.per_device_batch_completions % t.num_generations:
-        lower = max(
-            t.num_generations, t.per_device_batch_completions // t.num_generations * t.num_generations
-        )
-        reject(
-            f"trainer.per_device_batch_completions={t.per_device_batch_completions} is not a multiple of "
-            f"trainer.num_generations={t.num_generations} (a prompt's group must fit in one batch): set it to "
-            f"{lower} or {lower + t.num_generations}"
-        )
-    for key in ("gradient_accumulation_steps", "max_steps", "num_iterations", "logging_steps", "save_steps"):
+    step_geometry(t)  # micro-batch, completions per step and accumulation fit together
+    for key in ("max_steps", "num_iterations", "logging_steps", "save_steps"):
         if getattr(t, key) < 1:
             reject(f"trainer.{key}={getattr(t, key)} must be >= 1")
     if t.save_total_limit is not None and t.save_total_limit < 1:
@@ -155,10 +148,10 @@ def check_built_validation_rows(t: TrainerConfig, e: EvalConfig, env: Any) -> No
 
 
 def check_train_rows(t: TrainerConfig, env: Any) -> None:
-    """One generation batch takes per_device_batch_completions / num_generations x
-    gradient_accumulation_steps (x processes) distinct prompts from the train split; TRL drops a
-    short chunk, so a smaller split trains nothing. Checked here when the env config gives the
-    split's size (the trainer checks it again with the rows it gets, for any env)."""
+    """One generation batch takes its prompts per step (completions per step / num_generations,
+    grpo/train/geometry.py) as distinct prompts of the train split; TRL drops a short chunk, so a
+    smaller split trains nothing. Checked here when the env config gives the split's size (the
+    trainer checks it again with the rows it gets, for any env)."""
     size = (env or {}).get("num_train_examples") if isinstance(env, dict) else None
     if (
         isinstance(size, bool)
@@ -166,13 +159,11 @@ def check_train_rows(t: TrainerConfig, env: Any) -> None:
         or {"generation_batch_size", "steps_per_generation"} & set(t.extra)
     ):
         return  # no size in the config, or a generation batch shaped in trainer.extra
-    needed = (
-        t.per_device_batch_completions // t.num_generations * t.gradient_accumulation_steps * world_size()
-    )
+    geometry = step_geometry(t)
+    needed = geometry.prompts_per_step
     if size < needed:
         reject(
             f"env.num_train_examples={size} is fewer than the {needed} distinct prompts of one generation "
-            f"batch (trainer.per_device_batch_completions / trainer.num_generations x "
-            f"gradient_accumulation_steps x processes): set env.num_train_examples={needed} or more, or "
-            "lower trainer.per_device_batch_completions"
+            f"batch ({geometry.describe()}): set env.num_train_examples={needed} or more, or lower "
+            "trainer.completions_per_step"
         )

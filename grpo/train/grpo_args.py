@@ -1,8 +1,10 @@
 """trl.GRPOConfig from a run's settings: the trainer, optimizer and generation groups in TRL's names.
 
-Batch geometry: TRL counts the per-device batch in completions (trainer.per_device_batch_completions,
-a multiple of the group size, so a group never straddles two batches); one generation per
-optimizer step (steps_per_generation = gradient_accumulation_steps, TRL's default). Sampling: our
+Batch geometry (grpo/train/geometry.py): TRL counts the per-device batch in completions (the
+micro-batch, trainer.per_device_batch_completions, a multiple of the group size, so a group never
+straddles two micro-batches); the micro-batches per step follow from trainer.completions_per_step;
+one generation per optimizer step (steps_per_generation = gradient_accumulation_steps, TRL's
+default), so TRL's generation_batch_size is the completions per step. Sampling: our
 rollout engine samples with the same temperature / top-p. Generation ahead of training: TRL's
 truncated importance sampling per token (vllm_importance_sampling_mode=token_truncate). Tracking: report_to none (the run's
 tracker gets the metrics through a callback). trainer.extra passes any other GRPOConfig field.
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo.config import OPTIMIZERS, VLLM_MODES, GrpoConfig
+from grpo.train.geometry import step_geometry
 from grpo.trl_adapter.config import build_trl_config
 from grpo.trl_adapter.devices import has_cuda
 
@@ -35,11 +38,12 @@ def grpo_config_kwargs(
 ) -> dict[str, Any]:
     """trl.GRPOConfig keyword arguments for a run's settings."""
     t, o, g = settings.trainer, settings.optimizer, settings.generation
+    geometry = step_geometry(t)
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
         # batch geometry (TRL counts the per-device batch in completions)
-        "per_device_train_batch_size": int(t.per_device_batch_completions),
-        "gradient_accumulation_steps": int(t.gradient_accumulation_steps),
+        "per_device_train_batch_size": geometry.micro_batch,
+        "gradient_accumulation_steps": geometry.accumulation,
         "num_generations": int(t.num_generations),
         "max_steps": int(t.max_steps),
         # optimizer

@@ -1,7 +1,7 @@
 """What GRPO training prints: a header, one compact line per logging step, the zero-signal hint,
 and a warning line when the share of truncated completions climbs (grpo/train/monitors.py).
 
-    [train] env alphabet_sort | model tiny | 40 steps x 1 micro-batch(es) of 16 completions ...
+    [train] env alphabet_sort | model tiny | 40 steps x 16 completions per step (4 prompts x 4) in 1 ...
     [train] step 4/40 | reward 0.2100 | lcs_ratio 0.2100 | kl 0.0012 | loss 0.01 | len 31 | 1.90 s/step, eta 0:01:08
 
 The line is printed on the main process only; `ProgressPrinter.last` keeps the last logged
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo.config import GrpoConfig
-from grpo.run.distributed import world_size
 from grpo.run.eta import speed_and_eta
+from grpo.train.geometry import step_geometry
 from grpo.train.monitors import PREFIX, TruncationWatch, compact, truncated_shares
 
 
@@ -144,20 +144,14 @@ def reward_error_hint(step: int, *names: str) -> str:
     )
 
 
-def processes() -> str:
-    """ ", on each of N processes" in a data-parallel run (the global batch is N times larger)."""
-    return f" on each of {world_size()} processes" if world_size() > 1 else ""
-
-
 def train_header(settings: GrpoConfig, env: Any, resume_from: Path | None) -> str:
     """What trains, on what, how: the first line training prints."""
     t, o = settings.trainer, settings.optimizer
-    prompts = t.per_device_batch_completions // t.num_generations
+    checkpointing = ", gradient checkpointing" if t.gradient_checkpointing else ""
     text = (
-        f"env {env.name} | model {settings.model.name} | {t.max_steps} steps x {t.gradient_accumulation_steps} "
-        f"micro-batch(es) of {t.per_device_batch_completions} completions ({prompts} prompts x "
-        f"{t.num_generations}){processes()} | loss {t.loss_type}, beta {t.beta}, scale {t.scale_rewards} | "
-        f"{o.name} lr {o.lr:g} | generation {settings.generation.backend}"
+        f"env {env.name} | model {settings.model.name} | {t.max_steps} steps x "
+        f"{step_geometry(t).describe()}{checkpointing} | loss {t.loss_type}, beta {t.beta}, "
+        f"scale {t.scale_rewards} | {o.name} lr {o.lr:g} | generation {settings.generation.backend}"
     )
     if settings.generation.num_batches_ahead:
         text += f", {settings.generation.num_batches_ahead} batch(es) ahead"

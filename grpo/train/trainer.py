@@ -50,8 +50,9 @@ from grpo.run.distributed import barrier, is_main, rank, world_size
 from grpo.run.layout import RunLayout
 from grpo.run.resume import ResumePlan
 from grpo.tracking.base import NullTracker, Tracker
+from grpo.train.geometry import step_geometry
 from grpo.train.grpo_args import make_grpo_config
-from grpo.train.progress import processes, progress_printer
+from grpo.train.progress import progress_printer
 from grpo.train.rollout_func import EnvRolloutFunc, PromptIndex, train_dataset
 from grpo.train.vllm_cpu import install_engine
 from grpo.trl_adapter.devices import is_sharded
@@ -147,7 +148,7 @@ def build_trainer(
         )
     output_dir = RunLayout(run_dir).checkpoints
     args = make_grpo_config(settings, output_dir, weights)
-    _check_rows(env, rows, args.generation_batch_size // settings.trainer.num_generations)
+    _check_rows(env, rows, args.generation_batch_size // settings.trainer.num_generations, settings)
 
     if model is None or tokenizer is None:
         model, tokenizer = load_policy(settings.model)
@@ -317,15 +318,15 @@ def _resume_from(resume: ResumePlan | None) -> Path | None:
     return checkpoint
 
 
-def _check_rows(env: Any, rows: Sequence[Any], needed: int) -> None:
+def _check_rows(env: Any, rows: Sequence[Any], needed: int, settings: GrpoConfig) -> None:
     """TRL takes each generation batch's `needed` distinct prompts from whole chunks of the dataset
     and drops a short last chunk: with fewer rows it would train 0 steps, silently."""
     if len(rows) < needed:
+        geometry = step_geometry(settings.trainer)
         raise UserError(
-            f"env {env.name} has {len(rows)} train rows, fewer than the {needed} distinct prompts of one "
-            f"generation batch (trainer.per_device_batch_completions / trainer.num_generations x "
-            f"gradient_accumulation_steps{processes()}): lower trainer.per_device_batch_completions or "
-            "give the env more train rows"
+            f"env {env.name} has {len(rows)} train rows, fewer than the {needed} distinct "
+            f"prompts of one generation batch ({geometry.describe()}): lower trainer.completions_per_step "
+            "or give the env more train rows"
         )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from grpo.config import GrpoConfig
 from grpo.errors import UserError
 from grpo.generation.served import GeneratorError
+from grpo.train.geometry import step_geometry
 from grpo.train.grpo_args import grpo_builds_engine
 from grpo.trl_adapter.internals import correct_for_external_sampler
 
@@ -43,7 +44,8 @@ def install_engine(trainer: Any, settings: GrpoConfig, model_path: str) -> None:
             g,
             settings.model,
             dtype=str(trainer.model.dtype).removeprefix("torch."),
-            conversations=int(settings.trainer.per_device_batch_completions),
+            # the engine generates a whole generation batch of this process at once
+            conversations=step_geometry(settings.trainer).local_completions_per_step,
         )
         engine: Any = ReloadedColocated(llm, lambda: trainer.model)
     else:

@@ -1,0 +1,142 @@
+"""The run's models as the plan builds them: configs read without weights, models made of fake tensors.
+
+`policy_config` reads the policy's architecture the way the run will load it: `model.architecture`
+(source=random, grpo's own Qwen3 builder and tokenizer) or the checkpoint's config.json
+(source=pretrained: a local dir, the hub cache, or the hub; no weights are read). The models are
+then built with transformers' `from_config` inside an active FakeTensorMode, so their parameters
+have shapes and dtypes and no storage. `reward_model_configs` does the same for the learned reward
+models a GRPO run scores with, and `backbone_config` for the one a reward_model stage trains.
+
+A config that cannot be read (a hub id offline, a folder without config.json) is a `PlanSkipped`:
+the plan says why in one line and the run goes on without it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo.config import GrpoConfig, ModelConfig, RewardModelBackboneConfig
+from grpo.errors import UserError
+
+
+class PlanSkipped(Exception):
+    """The plan cannot be made for this run (its one line says why)."""
+
+
+def torch_dtype(name: str, fallback: str = "float32") -> Any:
+    """A `model.dtype` value as the torch dtype the loader uses ("auto": the checkpoint's, here
+    `fallback`)."""
+    import torch
+
+    from grpo.config import DTYPES
+
+    resolved = DTYPES[name.lower()]
+    return getattr(torch, fallback if resolved == "auto" else resolved)
+
+
+def policy_config(model: ModelConfig) -> tuple[Any, Any]:
+    """(transformers config, torch dtype) of the policy, read without its weights."""
+    if model.source == "random":
+        from grpo.models.loading import load_tokenizer
+        from grpo.models.tiny import qwen3_config
+
+        dtype = torch_dtype(model.dtype)
+        return qwen3_config(model.architecture, load_tokenizer(model), dtype), dtype
+    config = _pretrained_config(str(model.path), "model.path", model.trust_remote_code)
+    fallback = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
+    return config, torch_dtype(model.dtype, fallback.removeprefix("torch."))
+
+
+def _pretrained_config(path: str, field: str, trust_remote_code: bool) -> Any:
+    from transformers import AutoConfig
+
+    from grpo.models.loading import MODEL_FILES, checked_source
+
+    try:
+        target = checked_source(field, path, MODEL_FILES, "model")
+        return AutoConfig.from_pretrained(target, trust_remote_code=trust_remote_code)
+    except (UserError, OSError, ValueError) as ex:
+        raise PlanSkipped(
+            f"{field}={path!r}: its config.json cannot be read here ({_first_line(ex)})"
+        ) from None
+
+
+def _first_line(ex: BaseException) -> str:
+    text = str(ex).strip()
+    return text.splitlines()[0] if text else type(ex).__name__
+
+
+def backbone_config(backbone: RewardModelBackboneConfig) -> tuple[Any, Any]:
+    """(config, dtype) of the reward model a reward_model stage trains: its backbone preset's
+    architecture (source=random; the vocabulary of the tokenizer it would train, at most
+    tokenizer_vocab_size) or its checkpoint's config.json."""
+    if backbone.source == "random":
+        from grpo.models.tiny import qwen3_config, tiny_tokenizer
+
+        architecture: dict[str, Any] = dict(backbone.architecture or {})
+        if backbone.tokenizer_vocab_size and "vocab_size" not in architecture:
+            architecture["vocab_size"] = int(backbone.tokenizer_vocab_size)
+        config = qwen3_config(architecture, tiny_tokenizer("right"))
+    else:
+        config = _pretrained_config(
+            str(backbone.path), "reward_model.backbone.path", backbone.trust_remote_code
+        )
+    config.num_labels = 1
+    return config, torch_dtype(backbone.dtype)
+
+
+def reward_model_configs(settings: GrpoConfig) -> list[tuple[Any, Any]]:
+    """(config, dtype) of every learned reward model the GRPO reward scores with: each of
+    reward_model.checkpoints, or the one this run's reward_model stage trains."""
+    rm = settings.reward_model
+    if rm.kind == "rubric":
+        return []
+    if not rm.checkpoints:
+        return [backbone_config(rm.backbone)]
+    configs = []
+    for i, path in enumerate(rm.checkpoints):
+        config = _pretrained_config(str(path), f"reward_model.checkpoints[{i}]", False)
+        configs.append((config, torch_dtype("auto", str(getattr(config, "dtype", None) or "float32"))))
+    return configs
+
+
+def fake_causal_lm(config: Any, dtype: Any) -> Any:
+    """A causal LM of `config` in `dtype`, built inside the active FakeTensorMode."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_config(config, dtype=dtype)
+
+
+def fake_sequence_classifier(config: Any, dtype: Any) -> Any:
+    """A sequence-classification model of `config` (the reward models), inside FakeTensorMode."""
+    from transformers import AutoModelForSequenceClassification
+
+    return AutoModelForSequenceClassification.from_config(config, dtype=dtype)
+
+
+def parameter_bytes(model: Any) -> int:
+    """The bytes of a model's parameters and buffers (each storage once)."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in [*model.parameters(), *model.buffers()]:
+        key = id(tensor.untyped_storage()) if hasattr(tensor, "untyped_storage") else id(tensor)
+        if key not in seen:
+            seen.add(key)
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def describe(model: Any, dtype: Any) -> str:
+    """`Qwen3ForCausalLM (28 layers, hidden 1,024, vocabulary 151,936, 0.60B parameters, bfloat16)`:
+    what the plan measured."""
+    config = model.config
+    params = sum(p.numel() for p in model.parameters())
+    return (
+        f"{type(model).__name__} ({getattr(config, 'num_hidden_layers', '?')} layers, hidden "
+        f"{getattr(config, 'hidden_size', 0):,}, vocabulary {getattr(config, 'vocab_size', 0):,}, "
+        f"{_count(params)} parameters, {str(dtype).removeprefix('torch.')})"
+    )
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"

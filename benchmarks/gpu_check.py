@@ -2,6 +2,12 @@
 
     python benchmarks/gpu_check.py [--cpu-dry-run] [--steps N]
 
+Rows: GRPO with hf generation at the check's size (full fine-tuning with the static KV cache and
+CUDA graphs, the same with today's dynamic cache, LoRA, one batch ahead with grpo's policy server
+as the generator on the same GPU), model=qwen3_0_6b as shipped (its weights random, hf generation;
+full and LoRA), vLLM colocate, SFT, the reward model. Each GRPO row has its memory plan's peak
+beside the measured one.
+
 Each workload goes through grpo's own stage code (the settings `python -m grpo` composes and
 checks, the GRPO / SFT / reward-model trainers grpo builds) with a step timer added as a trainer
 callback, one after the other in this process; GPU memory is freed and its peak counter reset
@@ -53,6 +59,19 @@ CPU_GRPO = [
     "generation.max_tokens_per_turn=16",
     "trainer.beta=0",
 ]
+# model=qwen3_0_6b as shipped (64 completions per step in micro-batches of 8, gradient checkpointing,
+# 1,024-token completions of 3 turns x 256 tokens) with hf generation, its weights random (no hub
+# here): the preset's trainer side, measured beside its memory plan
+GPU_PRESET = ["model=qwen3_0_6b", "generation=hf", "trainer.beta=0.04"]
+CPU_PRESET = [
+    "model=tiny",
+    "trainer.num_generations=4",
+    "trainer.completions_per_step=16",
+    "trainer.per_device_batch_completions=4",
+    "trainer.gradient_checkpointing=true",
+    "trainer.max_completion_length=256",
+    "generation.max_tokens_per_turn=16",
+]
 GPU_SFT = ["model=qwen3_0_6b_random", "sft.bf16=true", "sft.batch_size=8", "sft.num_examples=400"]
 CPU_SFT = ["model=tiny", "sft.batch_size=4", "sft.num_examples=40"]
 GPU_RM = [
@@ -72,6 +91,8 @@ class Result:
     steps_timed: int = 0
     peak_gib: float | None = None
     note: str = ""
+    # the memory plan's peak for the workload's settings on this device (GRPO workloads)
+    plan_gib: float | None = None
 
     def row(self) -> str:
         def cell(value: float | None, fmt: str) -> str:
@@ -79,7 +100,7 @@ class Result:
 
         return (
             f"| {self.name} | {cell(self.tokens_per_s, ',.0f')} | {cell(self.seconds_per_step, '.2f')} | "
-            f"{self.steps_timed} | {cell(self.peak_gib, '.1f')} | {self.note} |"
+            f"{self.steps_timed} | {cell(self.peak_gib, '.1f')} | {cell(self.plan_gib, '.1f')} | {self.note} |"
         )
 
 
@@ -118,9 +139,49 @@ def _settings(overrides: list[str]):
     from grpo.cli.checks import check
     from grpo.compose import load_settings
 
-    settings = load_settings(overrides)
+    settings = load_settings([o for o in overrides if o != RANDOM_WEIGHTS])
+    if RANDOM_WEIGHTS in overrides:
+        settings = random_weights(settings)
     check(settings)  # the rules `python -m grpo` runs first (GPU, vLLM installed, batch geometry)
     return settings
+
+
+# in a workload's overrides: the model preset's settings with model=qwen3_0_6b_random's random
+# weights of the same architecture (the device machines reach no hub)
+RANDOM_WEIGHTS = "gpu_check:random-weights"
+
+
+def random_weights(settings):
+    """`settings` with the weights of model=qwen3_0_6b_random: random, the same architecture,
+    the built-in tokenizer; every other setting of the preset kept."""
+    import dataclasses
+
+    from grpo.compose import load_settings
+
+    random = load_settings(["+env=alphabet_sort", "model=qwen3_0_6b_random"]).model
+    model = dataclasses.replace(
+        settings.model, source="random", path=None, tokenizer=None, architecture=random.architecture
+    )
+    return dataclasses.replace(settings, model=model)
+
+
+def planned_gib(settings) -> float | None:
+    """The memory plan's peak (GiB) of these settings on this machine's device (its first CUDA
+    GPU; the host on the CPU dry run), or None when it cannot be made."""
+    import dataclasses
+
+    from grpo.memory.models import PlanSkipped
+    from grpo.memory.plan import plan_memory
+
+    try:
+        plan = plan_memory(
+            dataclasses.replace(settings, memory=dataclasses.replace(settings.memory, plan=True))
+        )
+    except PlanSkipped as ex:
+        print(f"gpu_check: no memory plan: {ex}", flush=True)
+        return None
+    print(plan.table(), flush=True)
+    return plan.peak.total / 2**30
 
 
 def run_grpo(name: str, overrides: list[str], out: Path) -> Result:
@@ -129,6 +190,11 @@ def run_grpo(name: str, overrides: list[str], out: Path) -> Result:
     from grpo.trl_adapter.trainer import run_trainer
 
     settings = _settings(overrides)
+    plan = planned_gib(settings)
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()  # the plan ran on fake tensors; the workload starts now
     meter = step_meter()
     bundle = build_trainer(settings, build_env(settings.env, settings.language), out, callbacks=[meter])
     rollout = bundle.trainer.rollout_func
@@ -156,7 +222,19 @@ def run_grpo(name: str, overrides: list[str], out: Path) -> Result:
         # samples from the weights that train, in their dtype (a float32 policy sampled in
         # vLLM's "auto" bfloat16 read ~1.09 on CPU; a missed weight sync drifts from 1 step by step)
         note += f"; sampler/trainer probability ratio {min(ratios):.4f}-{max(ratios):.4f}"
-    return Result(name, tokens / seconds if seconds else None, per_step, steps, note=note)
+    waits = [h["async/wait_s"] for h in bundle.trainer.state.log_history if "async/wait_s" in h][1:]
+    if settings.generation.num_batches_ahead:
+        # generated ahead by grpo's policy server in a process of its own on the same device: the
+        # trainer's steps per second and how long it waited for each batch
+        note = f"{1 / per_step:.3f} steps/s" if per_step else "no step timed"
+        if waits:
+            note += (
+                f"; the trainer waited {statistics.mean(waits):.2f} s per step for its batch (async/wait_s)"
+            )
+        return Result(name, None, per_step, steps, note=note, plan_gib=plan)
+    if per_step:
+        note += f"; {1 / per_step:.3f} steps/s"
+    return Result(name, tokens / seconds if seconds else None, per_step, steps, note=note, plan_gib=plan)
 
 
 def run_sft(name: str, overrides: list[str], out: Path) -> Result:
@@ -202,9 +280,23 @@ def workloads(dry_run: bool, steps: int) -> list[tuple[str, object, list[str]]]:
         *(CPU_RM if dry_run else GPU_RM),
         f"reward_model.training.max_steps={4 if dry_run else 20}",
     ]
+    preset = [
+        *COMMON,
+        *(CPU_PRESET if dry_run else [*GPU_PRESET, RANDOM_WEIGHTS]),
+        f"trainer.max_steps={steps}",
+        "trainer.save_steps=100000",
+    ]
     return [
         ("GRPO hf, full fine-tuning", run_grpo, [*grpo, "generation=hf"]),
+        (
+            "GRPO hf, full fine-tuning, dynamic cache",
+            run_grpo,
+            [*grpo, "generation=hf", "generation.static_cache=false"],
+        ),
         ("GRPO hf, LoRA", run_grpo, [*grpo, "generation=hf", "model.lora.enabled=true"]),
+        ("GRPO hf, one batch ahead", run_grpo, [*grpo, "generation=hf", "generation.num_batches_ahead=1"]),
+        ("model=qwen3_0_6b as shipped (hf), full", run_grpo, preset),
+        ("model=qwen3_0_6b as shipped (hf), LoRA", run_grpo, [*preset, "model.lora.enabled=true"]),
         # the dry run's vLLM: the CPU build's attention takes 32-dimension heads at least
         (
             "GRPO vLLM colocate",
@@ -311,8 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.cuda.get_device_name() if cuda else "CPU (dry run: model=tiny)"
     print()
     print(f"GPU check on {device}, torch {torch.__version__}, {time.perf_counter() - started:.0f} s in all")
-    print("| workload | tokens/s | s/step | steps timed | peak GPU memory (GiB) | what |")
-    print("|---|---|---|---|---|---|")
+    print("| workload | tokens/s | s/step | steps timed | peak GPU memory (GiB) | memory plan (GiB) | what |")
+    print("|---|---|---|---|---|---|---|")
     for result in results:
         print(result.row())
     return 1 if failed else 0

@@ -2,14 +2,19 @@
 # GPU check: the real job's code paths at the real size, on one GPU, offline. The exact Qwen3-0.6B
 # architecture with RANDOM weights (model=qwen3_0_6b_random: no download), bf16:
 #   - GRPO on 3-turn alphabet-sort with hf generation, full fine-tuning and LoRA (4 steps each:
-#     64 completions per step, 128 new tokens per turn; the random model never stops early);
+#     64 completions per step, 128 new tokens per turn; the random model never stops early): the
+#     static KV cache with CUDA graphs (the GPU default) and today's dynamic cache side by side, and
+#     one batch ahead with grpo's policy server as the generator on the same GPU;
+#   - model=qwen3_0_6b as shipped (64 completions per step in micro-batches of 8, gradient
+#     checkpointing, 3 turns x 256 tokens), random weights, hf generation, full and LoRA;
+#   - every GRPO row with its memory plan's peak beside the measured peak;
 #   - GRPO with vLLM colocated (generation=vllm_colocate), skipped with one line without vLLM; its
 #     note gives the sampler/trainer probability ratio (~1: the engine samples the weights that
 #     train, in their dtype); the CPU dry run runs it too where vLLM's CPU build is installed;
 #   - 20 SFT steps (8 conversations per step, padding-free);
 #   - 20 reward-model steps with a Qwen3-0.6B-sized backbone (reward_model/backbone=qwen3_0_6b_random).
 # For each: tokens/s, s/step and peak GPU memory, then one summary table (benchmarks/gpu_check.py).
-# About 5 minutes on one H200 (8 at most).
+# About 8 minutes on one H100 or H200 (not measured yet with the rows added on 2026-12-05).
 #
 #   bash benchmarks/gpu_check.sh                      # grpo and its dependencies installed
 #   bash benchmarks/gpu_check.sh --wheels .whl        # a machine without them and without network:

@@ -501,6 +501,11 @@ class GenerationConfig:
     # the tokens added since (the env's reply), not the whole conversation again. Used when one
     # generate() call holds every active conversation (batch_size null, no lockstep)
     reuse_kv_cache: bool = True
+    # hf: a static KV cache per generate() call (the longest conversation rounded up to 256 positions,
+    # the batch padded to a power of two), so transformers compiles the decode step into CUDA graphs;
+    # each turn then encodes its whole conversation. null = on for a model on a CUDA GPU, off on CPU
+    # (no graphs there); true / false force it
+    static_cache: bool | None = None
     # openai / vllm_server endpoint, e.g. http://127.0.0.1:8000/v1 (vllm_server: overrides host/port);
     # hf with num_batches_ahead > 0: a running `python -m grpo.serve` to generate on (its root URL,
     # http://HOST:PORT), instead of the generator process the run starts itself

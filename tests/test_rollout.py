@@ -365,6 +365,34 @@ def test_kv_cache_reuse_gives_the_same_greedy_rollouts(policy, cfg, max_turns):
     assert reusing._turn_cache is None  # dropped when the episodes are over
 
 
+@pytest.mark.parametrize("max_turns", [1, 3])
+def test_static_cache_gives_the_same_greedy_rollouts_as_todays_path(
+    policy, cfg, max_turns, capsys, monkeypatch
+):
+    """generation.static_cache (a StaticCache per call, the batch padded to a power of two: the
+    GPU default, CUDA graphs there) against today's dynamic cache with KV reuse: token for token
+    the same greedy episodes, 12 conversations (padded to 16) of different lengths, some ending
+    before others; the choice is said in one line."""
+    import grpo.generation.hf as hf_module
+
+    monkeypatch.setattr(hf_module, "_said_static", set())  # the line is said once per process
+    env = build_env({**cfg.env, "min_turns": 1, "max_turns": max_turns}, cfg.language)
+    rows = env.rows("eval", 6)
+    sampling = Sampling(temperature=0.0, max_tokens_per_turn=20)
+    dynamic, static = hf(policy, cfg), hf(policy, cfg, static_cache=True)
+    today = run_rollouts(env, rows, dynamic, rollouts_per_row=2, sampling=sampling, max_completion_tokens=400)
+    padded = run_rollouts(env, rows, static, rollouts_per_row=2, sampling=sampling, max_completion_tokens=400)
+    assert len({r.completion[0]["content"] for r in today}) == len(rows), "greedy outputs should differ"
+    for a, b in zip(today, padded, strict=True):
+        assert a.completion_ids == b.completion_ids and a.env_mask == b.env_mask
+        assert a.completion == b.completion and a.truncated == b.truncated
+        assert max((abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)), default=0.0) < 1e-4
+    assert static.reused_tokens == 0 and static._turn_cache is None  # every turn encodes its conversation
+    assert "a static KV cache (no CUDA graphs on CPU)" in capsys.readouterr().err
+    # null (the default) is the dynamic cache on CPU
+    assert not hf(policy, cfg)._static() and hf(policy, cfg, static_cache=None).static_cache is None
+
+
 def test_kv_cache_is_kept_only_for_one_call_per_turn(policy, cfg, env, rows):
     """Chunked calls (generation.batch_size) encode whole conversations: nothing is reused."""
     chunked = hf(policy, cfg, batch_size=2)

@@ -49,6 +49,7 @@ def _hf(gen_cfg: GenerationConfig, model: Any, tokenizer: Any, model_cfg: ModelC
         batch_size=gen_cfg.batch_size,
         chat_template_kwargs=model_cfg.chat_template_kwargs,
         reuse_kv_cache=gen_cfg.reuse_kv_cache,
+        static_cache=gen_cfg.static_cache,
     )
 
 

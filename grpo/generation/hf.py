@@ -19,6 +19,15 @@ conversation sees the same positions and keys as when it is encoded whole: greed
 same tokens with and without reuse (tests/test_rollout.py). Anything else (chunked calls, lockstep,
 a request whose prefix does not match) encodes the whole conversation, as without reuse.
 
+Static KV cache and CUDA graphs (`static_cache`, on by default on a CUDA GPU): each call gets a
+transformers StaticCache, preallocated to the call's longest conversation rounded up to a multiple
+of 256 positions, with the batch padded to a power of two (pad rows ask for one token and are
+dropped), so transformers compiles the decode step once per (batch, length) bucket and replays it
+as CUDA graphs instead of launching every kernel of every layer at every token. A turn then
+encodes its whole conversation (no cache kept between turns: a static cache's rows cannot shrink
+without a new graph). Greedy tokens are the same as with the dynamic cache (tests/test_rollout.py);
+on CPU there are no graphs, and it is off unless asked for.
+
 Tokens are drawn by our last logits processor (`_SampleAndRecord`), which also records each
 one's log-probability under the distribution it was drawn from (temperature-scaled and
 top-p-truncated; raw logits when greedy) — what TRL calls processed logprobs; generate() itself
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +94,7 @@ class HFBackend(ChatTokenizerSide):
         batch_size: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         reuse_kv_cache: bool = True,
+        static_cache: bool | None = None,
     ):
         if batch_size is not None and int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
@@ -98,6 +109,8 @@ class HFBackend(ChatTokenizerSide):
         # turn, each synced across ranks (generate continues until every rank's rows are done)
         self.lockstep = False
         self.reuse_kv_cache = bool(reuse_kv_cache)
+        # None: a static cache (and CUDA graphs) when the model is on a CUDA GPU
+        self.static_cache = static_cache
         self._turn_cache: _TurnCache | None = None
         # prompt tokens served from a kept cache instead of being encoded again (a running count)
         self.reused_tokens = 0
@@ -124,6 +137,7 @@ class HFBackend(ChatTokenizerSide):
         keep = (
             self.reuse_kv_cache
             and not self.lockstep
+            and not self._static()
             and size >= len(requests)
             and all(r.conversation is not None for r in requests)
         )
@@ -247,6 +261,15 @@ class HFBackend(ChatTokenizerSide):
     def _device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def _static(self) -> bool:
+        """Whether calls use a static cache: as set, else on a CUDA GPU (not in lockstep, whose
+        synced generate() runs every rank's calls to the longest)."""
+        if self.lockstep:
+            return False
+        if self.static_cache is None:
+            return self._device.type == "cuda"
+        return bool(self.static_cache)
+
     def _generate_chunk(self, requests: Sequence[GenRequest], sampling: Sampling) -> list[GenResult]:
         prompts = [list(r.prompt_ids or ()) for r in requests]
         input_ids, attention_mask = _left_padded(prompts, self.pad_token_id)
@@ -265,6 +288,12 @@ class HFBackend(ChatTokenizerSide):
         device = self._device
         width = input_ids.shape[1]
         limits = [int(r.max_new_tokens) for r in requests]
+        rows = len(requests)
+        cache = past
+        if past is None and self._static():
+            cache, input_ids, attention_mask, limits = self._static_call(input_ids, attention_mask, limits)
+        elif past is None:
+            cache = growing_cache(self.model)
 
         processors, recorder = _sampling_processors(sampling)
         if sampling.seed is None and not sampling.greedy and any(r.seed is not None for r in requests):
@@ -274,8 +303,11 @@ class HFBackend(ChatTokenizerSide):
                 None if r.seed is None else torch.Generator(device=device).manual_seed(int(r.seed))
                 for r in requests
             ]
+        if recorder.generators is not None:
+            recorder.generators += [None] * (len(limits) - rows)  # a static call's pad rows
         stops = [self.eos_token_ids | r.stop_token_ids for r in requests]
         extra = [r.stop_token_ids - self.eos_token_ids for r in requests]
+        extra += [frozenset()] * (len(limits) - rows)
         stop = _RowLimits(width, torch.tensor(limits, device=device), extra if any(extra) else None)
         out = self.model.generate(
             input_ids=input_ids.to(device),
@@ -284,14 +316,14 @@ class HFBackend(ChatTokenizerSide):
             logits_processor=LogitsProcessorList(processors),
             stopping_criteria=StoppingCriteriaList([stop]),
             **({"synced_gpus": True} if self.lockstep else {}),
-            **{_cache_name(): past if past is not None else growing_cache(self.model)},
+            **{_cache_name(): cache},
         )
         sequences = out.sequences
         generated = sequences[:, width:]
         logprobs = recorder.finish(generated)
 
         results = []
-        for row, limit in enumerate(limits):
+        for row, limit in enumerate(limits[:rows]):
             ids = generated[row, :limit].tolist()
             finished = False
             for pos, tok in enumerate(ids):
@@ -308,7 +340,29 @@ class HFBackend(ChatTokenizerSide):
                     num_tokens=len(ids),
                 )
             )
-        return results, sequences, getattr(out, _cache_name(), None)
+        return results, sequences[:rows], getattr(out, _cache_name(), None)
+
+    def _static_call(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, limits: list[int]
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, list[int]]:
+        """A static cache for one call, and the call's rows padded to a power of two: pad rows are
+        one pad token that asks for one new token (their output is dropped). The cache holds the
+        longest row's prompt and new tokens, rounded up to a multiple of STATIC_CACHE_STEP, so
+        calls of similar sizes share one compiled decode step."""
+        from transformers import StaticCache
+
+        rows, width = input_ids.shape
+        padded = 1 << max(0, rows - 1).bit_length()
+        if padded > rows:
+            pad_ids = torch.full((padded - rows, width), self.pad_token_id, dtype=input_ids.dtype)
+            pad_mask = torch.zeros((padded - rows, width), dtype=attention_mask.dtype)
+            pad_mask[:, -1] = 1
+            input_ids = torch.cat([input_ids, pad_ids])
+            attention_mask = torch.cat([attention_mask, pad_mask])
+            limits = [*limits, *([1] * (padded - rows))]
+        length = -(-(width + max(limits)) // STATIC_CACHE_STEP) * STATIC_CACHE_STEP
+        _say_static_once(self._device)
+        return StaticCache(config=self.model.config, max_cache_len=length), input_ids, attention_mask, limits
 
     def _generation_config(self, sampling: Sampling, max_new_tokens: int) -> GenerationConfig:
         # Every field that shapes the distribution is set explicitly: generate() fills unset ones
@@ -338,6 +392,29 @@ class HFBackend(ChatTokenizerSide):
             eta_cutoff=0.0,
         )
         return GenerationConfig(**fields)
+
+
+# a static cache's length is a multiple of this many positions (calls of similar lengths share a graph)
+STATIC_CACHE_STEP = 256
+_said_static: set[str] = set()
+
+
+def _say_static_once(device: Any) -> None:
+    """The one line that says how this process generates with the hf backend, the first time."""
+    kind = getattr(device, "type", str(device))
+    if kind in _said_static:
+        return
+    _said_static.add(kind)
+    graphs = (
+        "and CUDA graphs (transformers compiles the decode step)"
+        if kind == "cuda"
+        else "(no CUDA graphs on CPU)"
+    )
+    print(
+        f"[generation] hf on {device}: a static KV cache {graphs}; generation.static_cache=false for the dynamic cache",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 @functools.cache

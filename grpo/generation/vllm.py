@@ -333,7 +333,7 @@ def weights_dir(model: Any, tokenizer: Any, model_cfg: ModelConfig) -> str:
     if model is None:
         from grpo.models import load_policy
 
-        model, tokenizer = load_policy(model_cfg)
+        model, tokenizer = load_policy(model_cfg, device=None)  # only saved again: no GPU memory
     out = Path(tempfile.mkdtemp(prefix="grpo-vllm-weights-"))
     model.save_pretrained(out)
     _tokenizer(tokenizer, model_cfg).save_pretrained(out)

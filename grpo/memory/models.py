@@ -100,18 +100,44 @@ def reward_model_configs(settings: GrpoConfig) -> list[tuple[Any, Any]]:
     return configs
 
 
-def fake_causal_lm(config: Any, dtype: Any) -> Any:
-    """A causal LM of `config` in `dtype`, built inside the active FakeTensorMode."""
+def fake_causal_lm(config: Any, dtype: Any, peft_config: Any = None) -> Any:
+    """A causal LM of `config` in `dtype` (peft-wrapped with `peft_config`, as GRPOTrainer wraps it),
+    its tensors fake: see `materialize`."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_config(config, dtype=dtype)
+    def build() -> Any:
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        if peft_config is not None:
+            from peft import get_peft_model
+
+            model = get_peft_model(model, peft_config)
+        return model
+
+    return materialize(build)
 
 
 def fake_sequence_classifier(config: Any, dtype: Any) -> Any:
-    """A sequence-classification model of `config` (the reward models), inside FakeTensorMode."""
+    """A sequence-classification model of `config` (the reward models), its tensors fake."""
     from transformers import AutoModelForSequenceClassification
 
-    return AutoModelForSequenceClassification.from_config(config, dtype=dtype)
+    return materialize(lambda: AutoModelForSequenceClassification.from_config(config, dtype=dtype))
+
+
+def materialize(build: Any) -> Any:
+    """`build()` on the meta device (no storage, no fake tensors: peft moves its adapters with
+    `.to()`, which a module of fake parameters refuses), then every tensor made a fake CPU tensor
+    of the active FakeTensorMode (`to_empty`), and tied weights (the LM head and the embedding)
+    tied again."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch.device("meta"):
+        model = build()
+    model.to_empty(device="cpu")
+    tie = getattr(model, "tie_weights", None)
+    if callable(tie):
+        tie()
+    return model
 
 
 def parameter_bytes(model: Any) -> int:

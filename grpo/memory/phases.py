@@ -146,11 +146,7 @@ def policy_for_training(
     model, activation checkpointing when `checkpointing` is not None (its kwargs), train mode."""
     from trl.trainer.utils import add_fused_lm_head
 
-    model = fake_causal_lm(config, dtype)
-    if peft_config is not None:
-        from peft import get_peft_model
-
-        model = get_peft_model(model, peft_config)
+    model = fake_causal_lm(config, dtype, peft_config)
     base = model.get_base_model() if peft_config is not None else model
     add_fused_lm_head(base, temperature=temperature, outputs=POLICY_HEAD_OUTPUTS)
     if checkpointing is not None:
@@ -250,7 +246,7 @@ def train_phase(
     return phase
 
 
-def activations_after_forward(
+def saved_activations(
     config: Any,
     dtype: Any,
     *,
@@ -261,9 +257,9 @@ def activations_after_forward(
     autocast_dtype: Any,
     kind: str,
 ) -> int:
-    """The activations a micro-batch's forward leaves for its backward (the tracker's activations
-    at the end of the forward): the train phase's `activations` under the other checkpointing
-    setting, for the plan's comparison, at a third of a whole step's cost."""
+    """What a micro-batch's forward keeps for its backward: the tracker's activations alive when
+    the forward returns (its transient buffers gone), with or without checkpointing; the plan's
+    comparison of the two settings, at a third of a whole step's cost."""
     import torch
 
     with fake_tensors(), head_kernels(kind):
@@ -286,20 +282,23 @@ def activations_after_forward(
                     )
                 )
 
-        parts = measure(forward, [model])
+        parts = measure(forward, [model], at="current")
     return parts.get("activations", 0)
 
 
-def logits_chunk(hidden_size: int, vocab_size: int, dtype: Any, tokens: int, kind: str) -> int:
+def logits_chunk(
+    hidden_size: int, vocab_size: int, dtype: Any, tokens: int, kind: str, head_trains: bool = True
+) -> int:
     """The peak of TRL's chunked log-prob head alone, forward and backward, on `tokens` positions:
-    what the [tokens, vocabulary] logits cost when they go through the head in tiles."""
+    what the [tokens, vocabulary] logits cost when they go through the head in tiles
+    (`head_trains`: the head's weight gets a gradient, not under LoRA)."""
     import torch
     from trl.kernels import ChunkedLogProbFunction
     from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
 
     with fake_tensors(), head_kernels(kind):
         hidden = torch.zeros((tokens, hidden_size), dtype=dtype, requires_grad=True)
-        weight = torch.zeros((vocab_size, hidden_size), dtype=dtype, requires_grad=True)
+        weight = torch.zeros((vocab_size, hidden_size), dtype=dtype, requires_grad=head_trains)
         targets = torch.zeros((tokens,), dtype=torch.long)
 
         def run() -> None:
@@ -317,7 +316,8 @@ def logits_chunk(hidden_size: int, vocab_size: int, dtype: Any, tokens: int, kin
             (logps.sum() + entropy.sum()).backward()
 
         parts = measure(run)
-    inputs = 2 * (hidden.numel() + weight.numel()) * hidden.element_size()  # the tensors and their grads
+    # the inputs and their gradients are the step's, not the head's
+    inputs = (2 * hidden.numel() + (2 if head_trains else 1) * weight.numel()) * hidden.element_size()
     return max(0, sum(parts.values()) - inputs)
 
 

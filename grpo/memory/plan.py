@@ -61,9 +61,11 @@ class MemoryPlan:
     # what was measured: the policy's architecture and dtype
     model: str
     phases: list[Phase]
-    # the training micro-step: checkpointed as configured; its activations with the other setting
+    # the training micro-step: checkpointed as configured; what its forward keeps for the backward
+    # with gradient checkpointing and without (both measured)
     checkpointing: bool = False
-    activations_other: int | None = None
+    saved_checkpointed: int | None = None
+    saved_full: int | None = None
     # TRL's chunked log-prob head alone on one micro-batch's completion tokens
     logits_chunk: int = 0
     logits_tokens: int = 0
@@ -119,15 +121,17 @@ class MemoryPlan:
             f"[memory] {self.model} on {self.device.name}: peak {_gib(peak.total)} GiB in {peak.name} "
             f"({parts}): {self.verdict()}" + (" [cached plan]" if self.cached else "")
         ]
-        if self.activations_other is not None:
-            now = self.phase("train").parts.get("activations", 0) if self.phase("train") else 0
-            other = "without" if self.checkpointing else "with"
-            lines.append(
-                f"[memory] a micro-batch's activations: {_gib(now)} GiB "
-                f"{'checkpointed' if self.checkpointing else 'not checkpointed'}, {_gib(self.activations_other)} GiB "
-                f"{other} trainer.gradient_checkpointing"
-            )
+        if self.saved_full is not None:
+            lines.append(f"[memory] {self.activations_line()}")
         return lines
+
+    def activations_line(self) -> str:
+        """What a micro-batch's forward keeps for its backward, with and without checkpointing."""
+        setting = "on" if self.checkpointing else "off"
+        return (
+            f"a micro-batch's forward keeps {_gib(self.saved_full or 0)} GiB of activations for its backward, "
+            f"{_gib(self.saved_checkpointed or 0)} GiB with gradient checkpointing (trainer.gradient_checkpointing: {setting})"
+        )
 
     def phase(self, name: str) -> Phase | None:
         return next((p for p in self.phases if p.name == name), None)
@@ -151,14 +155,8 @@ class MemoryPlan:
             f"peak: {_gib(self.peak.total)} GiB in {self.peak.name}; usable: {_gib(self.device.usable_bytes)} "
             f"of {_gib(self.device.total_bytes)} GiB; {self.verdict()}",
         ]
-        train = self.phase("train")
-        if train is not None and self.activations_other is not None:
-            now = train.parts.get("activations", 0)
-            on, off = (now, self.activations_other) if self.checkpointing else (self.activations_other, now)
-            lines.append(
-                f"activations of a micro-batch: {_gib(off)} GiB, {_gib(on)} GiB with gradient checkpointing "
-                f"(trainer.gradient_checkpointing={str(self.checkpointing).lower()})"
-            )
+        if self.saved_full is not None:
+            lines.append(self.activations_line())
         if self.logits_chunk:
             lines.append(
                 f"logits chunk: TRL's fused LM head takes {_gib(self.logits_chunk)} GiB for the {self.logits_tokens:,} "
@@ -193,8 +191,8 @@ def remedy(part: str, settings: GrpoConfig, plan: MemoryPlan | None = None) -> s
     if part == "activations":
         if not t.gradient_checkpointing:
             saved = ""
-            if plan is not None and plan.activations_other is not None:
-                saved = f" (activations {_gib(plan.activations_other)} GiB)"
+            if plan is not None and plan.saved_full and plan.saved_checkpointed is not None:
+                saved = f" (a micro-batch keeps {_gib(plan.saved_checkpointed)} GiB instead of {_gib(plan.saved_full)})"
             return f"set trainer.gradient_checkpointing=true{saved}, or lower trainer.per_device_batch_completions"
         return _smaller_micro_batch(settings)
     if part in ("temporaries", "gradients") and part == "temporaries":
@@ -355,7 +353,9 @@ def measure_plan(settings: GrpoConfig, device: Device) -> MemoryPlan:
     from grpo.models.lora import lora_config
     from grpo.train.geometry import step_geometry
     from grpo.train.grpo_args import grpo_config_kwargs
+    from grpo.trl_adapter.logs import quiet_library_notices
 
+    quiet_library_notices()  # the libraries' notices a run filters too (grpo/trl_adapter/logs.py)
     started = time.perf_counter()
     t, g, stages = settings.trainer, settings.generation, settings.stages
     notes: list[str] = []
@@ -420,11 +420,16 @@ def measure_plan(settings: GrpoConfig, device: Device) -> MemoryPlan:
             config, dtype, checkpointing=(checkpointing_kwargs or {}) if t.gradient_checkpointing else None,
             resident=resident, **common,
         )  # fmt: skip
-        plan.activations_other = ph.activations_after_forward(
-            config, dtype, peft_config=peft, shape=shape, temperature=float(t.temperature),
-            autocast_dtype=autocast, kind=device.kind,
-            checkpointing=None if t.gradient_checkpointing else (checkpointing_kwargs or {}),
-        )  # fmt: skip
+        for checkpointed in (True, False):
+            saved = ph.saved_activations(
+                config, dtype, peft_config=peft, shape=shape, temperature=float(t.temperature),
+                autocast_dtype=autocast, kind=device.kind,
+                checkpointing=(checkpointing_kwargs or {}) if checkpointed else None,
+            )  # fmt: skip
+            if checkpointed:
+                plan.saved_checkpointed = saved
+            else:
+                plan.saved_full = saved
         train.note = (
             f"micro-batch {shape.rows} x {shape.prompt + shape.completion:,} tokens"
             + (", checkpointed" if t.gradient_checkpointing else "")
@@ -433,8 +438,9 @@ def measure_plan(settings: GrpoConfig, device: Device) -> MemoryPlan:
         plan.phases.append(train)
         plan.logits_tokens = shape.rows * shape.completion
         plan.logits_chunk = ph.logits_chunk(
-            config.hidden_size, config.vocab_size, autocast or dtype, plan.logits_tokens, device.kind
-        )
+            config.hidden_size, config.vocab_size, autocast or dtype, plan.logits_tokens, device.kind,
+            head_trains=peft is None,
+        )  # fmt: skip
         between_steps = {"optimizer states": train.parts.get("optimizer states", 0), **resident}
         if g.backend == "hf":
             conversations = min(
@@ -544,12 +550,8 @@ def _sft_phase(settings: GrpoConfig, config: Any, dtype: Any, device: Device) ->
     with ph.fake_tensors(), ph.head_kernels(device.kind):
         from trl.trainer.utils import add_fused_lm_head
 
-        model = ph.fake_causal_lm(config, dtype)
         peft = lora_config(settings.model.lora) if f.lora else None
-        if peft is not None:
-            from peft import get_peft_model
-
-            model = get_peft_model(model, peft)
+        model = ph.fake_causal_lm(config, dtype, peft)
         add_fused_lm_head(model.get_base_model() if peft is not None else model)
         phase = ph.supervised_phase(
             "SFT",

@@ -6,7 +6,8 @@ optimizer state) until they are freed, on real or fake tensors alike. After each
 also updates the peak of every module it has seen, a loop over all modules per operation: on a
 28-layer model that loop is 90% of the time (40 s of a fake fwd/bwd against 4 s). The plan needs
 the whole step's peak only, so `PeakTracker` keeps that one (the same snapshot MemTracker keeps
-for it) and skips the per-module loop.
+for it) and skips the per-module loop. Frozen parameters (LoRA's base weights) get no gradient
+hook, which torch would refuse.
 """
 
 from __future__ import annotations
@@ -27,6 +28,16 @@ CATEGORIES = {
 }
 
 
+class _NoHook:
+    """The removable handle of a hook that was never registered."""
+
+    def remove(self) -> None:
+        return None
+
+
+_NO_HOOK = _NoHook()
+
+
 def _tracker_class() -> type:
     from torch.distributed._tools.mem_tracker import _TOTAL_KEY, MemTracker
 
@@ -35,6 +46,14 @@ def _tracker_class() -> type:
         runs again (decoding step by step) taken as the next iteration: MemTracker refuses a root
         module's second forward unless its per-module statistics are reset, which the global peak
         does not need."""
+
+        def _track_module_params_and_buffers(self, module: Any, install_grad_hooks: bool = True) -> Any:
+            # MemTracker hooks every parameter's gradient, and torch refuses a hook on a frozen one
+            # (a LoRA run's base weights): those get a handle that hooks nothing
+            for param in module.parameters():
+                if not param.requires_grad:
+                    self._param_to_grad_hook_handles.setdefault(param, (_NO_HOOK, _NO_HOOK))
+            return super()._track_module_params_and_buffers(module, install_grad_hooks)
 
         def _pre_fw_hook(self, module: Any, inputs: Any) -> None:
             if module in self.memory_tracking and not self._mod_tracker.is_bw:
@@ -52,9 +71,10 @@ def _tracker_class() -> type:
     return PeakTracker
 
 
-def measure(run: Callable[[], Any], tracked: Iterable[Any] = ()) -> dict[str, int]:
-    """Bytes by category (the plan's names) at the peak of `run()`; `tracked`: modules and
-    optimizers that exist before it (their parameters, gradients and states count from the start)."""
+def measure(run: Callable[[], Any], tracked: Iterable[Any] = (), at: str = "peak") -> dict[str, int]:
+    """Bytes by category (the plan's names) at the peak of `run()` (`at="current"`: what is alive
+    when it returns); `tracked`: modules and optimizers that exist before it (their parameters,
+    gradients and states count from the start)."""
     tracker = _tracker_class()()
     objects = [o for o in tracked if o is not None]
     with warnings.catch_warnings():
@@ -65,7 +85,7 @@ def measure(run: Callable[[], Any], tracked: Iterable[Any] = ()) -> dict[str, in
         with tracker:
             run()
     parts: dict[str, int] = {}
-    for snapshot in tracker.get_tracker_snapshot("peak").values():
+    for snapshot in tracker.get_tracker_snapshot(at).values():
         for category, size in snapshot.items():
             name = CATEGORIES.get(getattr(category, "value", str(category)))
             if name is not None and size:

@@ -193,11 +193,32 @@ def load_tokenizer(model_cfg: WeightsConfig, padding_side: str = "left") -> PreT
     return _finish_tokenizer(tokenizer, padding_side)
 
 
+def run_device() -> str | None:
+    """Where a run's policy lives: its process's CUDA GPU when there is one (what the trainer will
+    train on, so evaluations and generation before training run there too), else the CPU (None).
+    A sharded launch (FSDP, DeepSpeed) loads on the CPU and lets its engine place the shards."""
+    from grpo.run.distributed import has_cuda_gpu
+
+    if not has_cuda_gpu() or any(
+        os.environ.get(flag, "false").lower() == "true"
+        for flag in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED")
+    ):
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', '0') or 0) % torch.cuda.device_count()}"
+
+
 def load_policy(
-    model_cfg: ModelConfig, device: str | torch.device | None = None
+    model_cfg: ModelConfig, device: str | torch.device | None = "auto"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) for the policy. The tokenizer is left-padded; the model is in eval mode
-    (trainers switch it to train) on `device` (None: CPU)."""
+    (trainers switch it to train) on `device` ("auto": `run_device()`, a CUDA GPU when there is
+    one; None: CPU)."""
+    if device == "auto":
+        device = run_device()
     dtype = resolve_dtype(model_cfg)
     tokenizer = load_tokenizer(model_cfg)
     if model_cfg.source == "random":

@@ -141,7 +141,9 @@ def _settings(overrides: list[str]):
 
     settings = load_settings([o for o in overrides if o != RANDOM_WEIGHTS])
     if RANDOM_WEIGHTS in overrides:
-        settings = random_weights(settings)
+        from grpo.memory.models import with_random_weights
+
+        settings = with_random_weights(settings, "qwen3_0_6b_random")
     check(settings)  # the rules `python -m grpo` runs first (GPU, vLLM installed, batch geometry)
     return settings
 
@@ -149,20 +151,6 @@ def _settings(overrides: list[str]):
 # in a workload's overrides: the model preset's settings with model=qwen3_0_6b_random's random
 # weights of the same architecture (the device machines reach no hub)
 RANDOM_WEIGHTS = "gpu_check:random-weights"
-
-
-def random_weights(settings):
-    """`settings` with the weights of model=qwen3_0_6b_random: random, the same architecture,
-    the built-in tokenizer; every other setting of the preset kept."""
-    import dataclasses
-
-    from grpo.compose import load_settings
-
-    random = load_settings(["+env=alphabet_sort", "model=qwen3_0_6b_random"]).model
-    model = dataclasses.replace(
-        settings.model, source="random", path=None, tokenizer=None, architecture=random.architecture
-    )
-    return dataclasses.replace(settings, model=model)
 
 
 def planned_gib(settings) -> float | None:

@@ -1,7 +1,7 @@
 """How close is the memory plan to what a run really takes? On CPU, against measured peaks.
 
 Per workload (the exact Qwen3-0.6B architecture with random weights, model=qwen3_0_6b_random,
-bf16, GRPO on one-turn alphabet-sort at small micro-batches, stages=[train]): the plan's peak
+bf16, GRPO on one-turn alphabet-sort at small micro-batches, stages=[train], two optimizer steps): the plan's peak
 (grpo/memory: fake tensors under PyTorch's MemTracker, planned for this host's CPU) beside the
 peak a real run of the same settings reaches, measured in a fresh process: GRPO training through
 grpo's own stage code (build_trainer, TRL's trainer: generation, the micro-steps, the optimizer),
@@ -39,7 +39,9 @@ COMMON = [
     "stages=[train]",
     "tracking=none",
     "trainer.num_generations=2",
-    "trainer.max_steps=1",
+    # two optimizer steps: the second is the steady state the plan measures (optimizer states alive
+    # while a later micro-batch runs with the earlier ones' gradients)
+    "trainer.max_steps=2",
     "trainer.save_steps=1000",
     "trainer.beta=0",
     "trainer.mask_truncated_completions=false",
@@ -146,7 +148,7 @@ def main(argv: list[str]) -> int:
         )
         print(rows[-1], flush=True)
     print()
-    print("Qwen3-0.6B architecture (model=qwen3_0_6b_random), bf16, CPU, 1 GRPO step of 1-turn alphabet-sort")
+    print("Qwen3-0.6B architecture (model=qwen3_0_6b_random), bf16, CPU, 2 GRPO steps of 1-turn alphabet-sort")
     print("| workload | plan peak (GiB) | measured peak (GiB) | error | plan s | run s |")
     print("|---|---|---|---|---|---|")
     print("\n".join(rows))

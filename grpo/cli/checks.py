@@ -44,27 +44,31 @@ from grpo.train.checks import (
 _checked: set[str] = set()
 
 
-def check_once(settings: GrpoConfig, resume: ResumePlan | None = None) -> None:
-    """`check(settings, resume)` unless this process already checked exactly these settings."""
-    key = json.dumps(dataclasses.asdict(settings), sort_keys=True, default=str)
+def check_once(settings: GrpoConfig, resume: ResumePlan | None = None, machine: bool = True) -> None:
+    """`check(settings, resume, machine)` unless this process already checked these settings."""
+    key = json.dumps([dataclasses.asdict(settings), machine], sort_keys=True, default=str)
     if key not in _checked:
-        check(settings, resume)
+        check(settings, resume, machine)
         _checked.add(key)
 
 
-def check(s: GrpoConfig, resume: ResumePlan | None = None) -> None:
+def check(s: GrpoConfig, resume: ResumePlan | None = None, machine: bool = True) -> None:
     """Every settings rule, in a fixed order; UserError on the first one broken. `resume`: the
-    run's resume plan (grpo/run/resume.py; None: read here when s.resume is set)."""
+    run's resume plan (grpo/run/resume.py; None: read here when s.resume is set). `machine`: also
+    the rules about this machine (the packages installed, a CUDA GPU for what needs one); false
+    for settings planned for another machine (python -m grpo.cli.memory_plan)."""
     check_finite_numbers(dataclasses.asdict(s))
-    check_torch_builds()
+    if machine:
+        check_torch_builds()
     check_stages(s.stages)
     check_trainer(s.trainer)
-    check_optimizer(s.optimizer)
+    check_optimizer(s.optimizer, machine)
     check_model(s.model, s.trainer)
     check_language(s.language)
     check_turn_budget(s.trainer, s.env)
-    check_generation(s.generation, s.stages)
-    check_vllm_model(s.generation, s.model)
+    check_generation(s.generation, s.stages, machine)
+    if machine:
+        check_vllm_model(s.generation, s.model)
     if s.resume:
         check_resume(s.resume, s.stages, resume)
     if "eval" in s.stages:

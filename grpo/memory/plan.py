@@ -29,7 +29,7 @@ from grpo.memory.models import PlanSkipped
 from grpo.memory.phases import Phase
 
 # bump when what a plan measures changes: older cached plans are then measured again
-PLAN_VERSION = 1
+PLAN_VERSION = 4
 # the plan's parts in the order its table shows them
 PARTS = (
     "policy weights",
@@ -72,6 +72,19 @@ class MemoryPlan:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     cached: bool = False
+    # generation=vllm_colocate: the share of the GPU vLLM takes (its part scales with the device)
+    vllm_utilization: float | None = None
+
+    def on(self, device: Device) -> MemoryPlan:
+        """This plan on another device of the same kind: only vLLM's share (a fraction of the
+        GPU) and the verdict change; every measured part stays."""
+        phases = []
+        for phase in self.phases:
+            parts = dict(phase.parts)
+            if "vLLM share" in parts and self.vllm_utilization is not None and device.is_gpu:
+                parts["vLLM share"] = int(self.vllm_utilization * device.total_bytes)
+            phases.append(Phase(phase.name, parts, phase.note))
+        return dataclasses.replace(self, device=device, phases=phases)
 
     # ---- the verdict ----------------------------------------------------------------------------
     @property
@@ -167,6 +180,11 @@ class MemoryPlan:
             part, size = self.largest_part()
             lines.append(f"largest part: {part} {_gib(size)} GiB")
         lines += [f"note: {n}" for n in self.notes]
+        if self.device.is_gpu:
+            lines.append(
+                f"note: {_gib(self.device.reserve_bytes)} GiB kept free for the CUDA context and fragmentation "
+                "(memory.reserve_gib)"
+            )
         return "\n".join(lines)
 
     # ---- the cache --------------------------------------------------------------------------------
@@ -239,7 +257,7 @@ def plan_memory(settings: GrpoConfig, *, force: bool = False, use_cache: bool = 
     path = _cache_dir() / f"{key}.json"
     if use_cache and path.is_file():
         try:
-            return MemoryPlan.from_json(json.loads(path.read_text(encoding="utf-8")))
+            return MemoryPlan.from_json(json.loads(path.read_text(encoding="utf-8"))).on(device)
         except (ValueError, TypeError, KeyError):
             pass  # a damaged or older entry: measured again and rewritten
     plan = measure_plan(settings, device)
@@ -297,45 +315,77 @@ def _cache_key(settings: GrpoConfig, device: Device) -> str:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
-    text = json.dumps(
-        [PLAN_VERSION, relevant, dataclasses.asdict(device), versions], sort_keys=True, default=str
-    )
+    # the device's kind only: a plan holds for every device of a kind (`MemoryPlan.on`)
+    text = json.dumps([PLAN_VERSION, relevant, device.kind, versions], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def prompt_tokens(settings: GrpoConfig) -> tuple[int, str | None]:
-    """The longest prompt, in the model's tokens, of the env's first 64 train rows (rendered with
-    the chat template); a note when it had to be counted otherwise."""
+def sequence_tokens(settings: GrpoConfig) -> tuple[int, int, list[str]]:
+    """(prompt, completion) tokens of the longest sequence a micro-batch can hold, and what was
+    assumed: over the env's first 64 train rows rendered with the model's chat template, the
+    longest prompt, and the longest completion its episode can reach: every model turn of the
+    row's reference episode at generation.max_tokens_per_turn, the env's turns between them as
+    they are, at most trainer.max_completion_length (all of it for an env without reference
+    episodes)."""
     from grpo.envs import build_env
     from grpo.models.loading import load_tokenizer, render_chat
 
+    budget, per_turn = (
+        int(settings.trainer.max_completion_length),
+        int(settings.generation.max_tokens_per_turn),
+    )
+    notes: list[str] = []
     try:
-        rows = build_env(settings.env, settings.language).rows("train")[:64]
+        env = build_env(settings.env, settings.language)
+        rows = env.rows("train")[:64]
     except Exception as ex:  # a verifiers env that needs what is not here: the plan still stands
-        return (
-            DEFAULT_PROMPT_TOKENS,
-            f"the env's prompts could not be read ({ex}); {DEFAULT_PROMPT_TOKENS} prompt tokens assumed",
+        notes.append(
+            f"the env's prompts could not be read ({ex}): {DEFAULT_PROMPT_TOKENS} prompt tokens assumed"
         )
-    note = None
+        return DEFAULT_PROMPT_TOKENS, budget, notes
     try:
         tokenizer = load_tokenizer(settings.model)
     except UserError:
         from grpo.models.tiny import tiny_tokenizer
 
         tokenizer = tiny_tokenizer("left")
-        note = (
+        notes.append(
             "the model's tokenizer is not here: prompts counted with grpo's built-in byte-level tokenizer "
             "(more tokens than a trained one's: an upper bound)"
         )
     kwargs = dict(settings.model.chat_template_kwargs)
-    longest = max(
-        (
-            len(tokenizer(render_chat(tokenizer, row.prompt, kwargs), add_special_tokens=False).input_ids)
-            for row in rows
-        ),
-        default=DEFAULT_PROMPT_TOKENS,
-    )
-    return int(longest), note
+
+    def count(messages: list[Any], generation_prompt: bool = True) -> int:
+        text = render_chat(tokenizer, messages, kwargs, add_generation_prompt=generation_prompt)
+        return len(tokenizer(text, add_special_tokens=False).input_ids)
+
+    prompt, completion, episodes = 0, 0, True
+    for row in rows:
+        prompt = max(prompt, count(list(row.prompt)))
+        try:
+            reference = [dict(m) for m in env.reference_completion(row)]
+        except Exception:  # noqa: BLE001 - an env without reference episodes: the whole budget
+            episodes = False
+            continue
+        answers = [m for m in reference if m.get("role") == "assistant"]
+        whole = count([*row.prompt, *reference], generation_prompt=False) - count(list(row.prompt))
+        own = sum(
+            len(tokenizer(str(m.get("content", "")), add_special_tokens=False).input_ids) for m in answers
+        )
+        completion = max(completion, whole - own + len(answers) * per_turn)
+    if not episodes or not completion:
+        completion = budget
+        notes.append(
+            f"every completion is {budget:,} tokens (trainer.max_completion_length): the longest a run can meet"
+        )
+    else:
+        completion = min(completion, budget)
+        notes.append(
+            f"the longest completion is {completion:,} tokens: every model turn of the env's reference episodes at "
+            f"generation.max_tokens_per_turn={per_turn}, the env's turns between them"
+            + (", capped at trainer.max_completion_length" if completion == budget else "")
+        )
+    return int(prompt or DEFAULT_PROMPT_TOKENS), int(completion), notes
 
 
 def measure_plan(settings: GrpoConfig, device: Device) -> MemoryPlan:
@@ -361,21 +411,17 @@ def measure_plan(settings: GrpoConfig, device: Device) -> MemoryPlan:
     notes: list[str] = []
     config, dtype = policy_config(settings.model)
     geometry = step_geometry(t)
-    prompt, note = prompt_tokens(settings)
-    if note:
-        notes.append(note)
-    completion = int(t.max_completion_length)
+    prompt, completion, assumed = sequence_tokens(settings)
+    notes += [f"prompts of {prompt:,} tokens, the longest of the env's first train rows", *assumed]
     shape = ph.StepShape(geometry.micro_batch, prompt, completion)
-    notes.append(
-        f"every completion is {completion:,} tokens (trainer.max_completion_length) after a prompt of {prompt:,}: "
-        "the longest micro-batch a run can meet"
-    )
     kwargs = grpo_config_kwargs(settings, Path("unused"), [1.0])
     optimizer_kwargs = _optimizer_kwargs(kwargs, notes)
     peft = lora_config(settings.model.lora)
     import torch
 
-    autocast = torch.bfloat16 if t.bf16 and dtype == torch.float32 else None
+    # trainer.bf16: the trainer runs every forward under autocast (accelerate's mixed precision), also
+    # for bf16 weights: what autocast casts (a LoRA adapter's float32 input) is what the backward keeps
+    autocast = torch.bfloat16 if t.bf16 else None
     with ph.fake_tensors():
         policy = fake_causal_lm(config, dtype)
         weights, name = parameter_bytes(policy), describe(policy, dtype)
@@ -392,6 +438,7 @@ def measure_plan(settings: GrpoConfig, device: Device) -> MemoryPlan:
     if g.backend == "vllm_colocate":
         if device.is_gpu:
             resident["vLLM share"] = int(g.gpu_memory_utilization * device.total_bytes)
+            plan.vllm_utilization = float(g.gpu_memory_utilization)
         elif g.vllm_cpu_kv_cache_gb:
             resident["vLLM share"] = int(g.vllm_cpu_kv_cache_gb * GIB) + weights
         else:
@@ -401,6 +448,9 @@ def measure_plan(settings: GrpoConfig, device: Device) -> MemoryPlan:
     elif g.backend == "vllm_server":
         notes.append("generation=vllm_server: vLLM's memory is on the server's device, not in this plan")
 
+    # the hf backend's cache on the planned device (generation.static_cache null: static on a GPU)
+    static = g.static_cache if g.static_cache is not None else device.is_gpu
+    cache_note = ", static KV cache" if static else ""
     if "train" in stages:
         checkpointing_kwargs = kwargs.get("activation_checkpointing_kwargs") or kwargs.get(
             "gradient_checkpointing_kwargs"
@@ -448,9 +498,9 @@ def measure_plan(settings: GrpoConfig, device: Device) -> MemoryPlan:
             )
             generation = ph.generation_phase(
                 "generation", config, dtype, conversations=conversations, prompt=prompt,
-                length=prompt + completion, resident=between_steps,
+                length=prompt + completion, resident=between_steps, static=static,
             )  # fmt: skip
-            generation.note = f"{conversations} conversations x {prompt + completion:,} tokens"
+            generation.note = f"{conversations} conversations x {prompt + completion:,} tokens" + cache_note
             if g.num_batches_ahead and not g.base_url:
                 # the generator process holds a copy of the policy and the batch's KV cache
                 copy = generation.parts.get("policy weights", 0) + generation.parts.get("KV cache", 0)
@@ -478,9 +528,9 @@ def measure_plan(settings: GrpoConfig, device: Device) -> MemoryPlan:
         conversations = min(g.batch_size or per_eval, per_eval)
         evaluation = ph.generation_phase(
             "evaluation", config, dtype, conversations=conversations, prompt=prompt,
-            length=prompt + completion, resident={},
+            length=prompt + completion, resident={}, static=static,
         )  # fmt: skip
-        evaluation.note = f"{conversations} conversations x {prompt + completion:,} tokens"
+        evaluation.note = f"{conversations} conversations x {prompt + completion:,} tokens" + cache_note
         plan.phases.append(evaluation)
     if "sft" in stages:
         plan.phases.append(_sft_phase(settings, config, dtype, device))
@@ -506,10 +556,6 @@ def measure_plan(settings: GrpoConfig, device: Device) -> MemoryPlan:
         plan.phases.append(phase)
     if not plan.phases:
         raise PlanSkipped("the run's stages hold nothing the plan measures on this device")
-    if device.is_gpu:
-        notes.append(
-            f"memory.reserve_gib={settings.memory.reserve_gib:g} kept free for the CUDA context and fragmentation"
-        )
     plan.notes = notes
     plan.seconds = time.perf_counter() - started
     return plan

@@ -78,7 +78,9 @@ def check_trainer(t: TrainerConfig) -> None:
         )
 
 
-def check_optimizer(o: OptimizerConfig) -> None:
+def check_optimizer(o: OptimizerConfig, machine: bool = True) -> None:
+    """The optimizer group; `machine`: also what it needs of this machine (adamw_8bit: CUDA and
+    bitsandbytes)."""
     if o.name not in OPTIMIZERS:
         reject(f"optimizer.name='{o.name}' is not one of {', '.join(OPTIMIZERS)}")
     if o.lr < 0:
@@ -95,7 +97,7 @@ def check_optimizer(o: OptimizerConfig) -> None:
         reject(f"optimizer.warmup={o.warmup} must be >= 0 (a fraction of max_steps when < 1, else steps)")
     if o.lr_scheduler not in LR_SCHEDULERS:
         reject(f"optimizer.lr_scheduler='{o.lr_scheduler}' is not one of {', '.join(LR_SCHEDULERS)}")
-    if o.name == "adamw_8bit":
+    if o.name == "adamw_8bit" and machine:
         if not has_cuda_gpu():
             reject(
                 "optimizer=adamw_8bit needs a CUDA GPU (bitsandbytes 8-bit states): use optimizer=adamw on CPU"

@@ -285,6 +285,12 @@ def workloads(dry_run: bool, steps: int) -> list[tuple[str, object, list[str]]]:
         ("GRPO hf, one batch ahead", run_grpo, [*grpo, "generation=hf", "generation.num_batches_ahead=1"]),
         ("model=qwen3_0_6b as shipped (hf), full", run_grpo, preset),
         ("model=qwen3_0_6b as shipped (hf), LoRA", run_grpo, [*preset, "model.lora.enabled=true"]),
+        # what gradient checkpointing costs (s/step) and saves (peak) at the preset's size
+        (
+            "model=qwen3_0_6b as shipped (hf), full, no checkpointing",
+            run_grpo,
+            [*preset, "trainer.gradient_checkpointing=false"],
+        ),
         # the dry run's vLLM: the CPU build's attention takes 32-dimension heads at least
         (
             "GRPO vLLM colocate",

@@ -6,7 +6,8 @@
 #     static KV cache with CUDA graphs (the GPU default) and today's dynamic cache side by side, and
 #     one batch ahead with grpo's policy server as the generator on the same GPU;
 #   - model=qwen3_0_6b as shipped (64 completions per step in micro-batches of 8, gradient
-#     checkpointing, 3 turns x 256 tokens), random weights, hf generation, full and LoRA;
+#     checkpointing, 3 turns x 256 tokens), random weights, hf generation, full and LoRA, and full
+#     without gradient checkpointing (what it costs in s/step and saves in peak memory);
 #   - every GRPO row with its memory plan's peak beside the measured peak;
 #   - GRPO with vLLM colocated (generation=vllm_colocate), skipped with one line without vLLM; its
 #     note gives the sampler/trainer probability ratio (~1: the engine samples the weights that

@@ -96,7 +96,15 @@ def test_a_plan_is_cached_by_settings_and_a_damaged_entry_is_measured_again(tmp_
         entry.write_text("{not json")
     redone = plan_memory(settings)
     assert not redone.cached and redone.peak.total == first.peak.total
-    assert json.loads(sorted(_cache_dir().glob("*.json"))[0].read_text())["phases"]
+
+    def readable(entry) -> bool:
+        try:
+            return bool(json.loads(entry.read_text())["phases"])
+        except ValueError:
+            return False
+
+    # the damaged entry of these settings was written again; the other one is left as it is
+    assert sorted(readable(e) for e in _cache_dir().glob("*.json")) == [False, True]
 
 
 def test_a_run_that_cannot_fit_is_refused_in_one_line_before_any_model_loads(tmp_path):

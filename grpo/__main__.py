@@ -135,6 +135,9 @@ def interrupted_line(
 
 def main() -> None:
     global _checked
+    from grpo.errors import quiet_closed_pipe
+
+    quiet_closed_pipe()  # `python -m grpo --help | head`: no traceback (also the `grpo` console script)
     # vLLM logs an INFO line per engine call (a prefix-cache reset at every weight sync): warnings
     # only, unless the shell says otherwise (read when vLLM is first imported)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")

@@ -196,4 +196,7 @@ def _positive(key: str, value: int) -> int:
 
 
 if __name__ == "__main__":
+    from grpo.errors import quiet_closed_pipe
+
+    quiet_closed_pipe()
     main()

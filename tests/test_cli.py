@@ -170,6 +170,32 @@ def test_bad_input_is_one_line_and_exit_2(args, expected, tmp_path):
     assert not list((tmp_path / "outputs").glob("runs/*/*")), list((tmp_path / "outputs").rglob("*"))
 
 
+def errors_page_examples() -> list[tuple[str, str]]:
+    """(command, the error line under it) of docs/errors.md's examples that run on this machine
+    as written: not those marked for another machine (a comment) or needing a run of yours."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "errors.md").read_text(encoding="utf-8")
+    lines = page.splitlines()
+    pairs = []
+    for command, printed in zip(lines, lines[1:], strict=False):
+        if command.startswith("$ python -m grpo") and printed.startswith("error: "):
+            if "#" in command or "<" in command or "runs/rm" in command:
+                continue
+            pairs.append((command[2:], printed))
+    assert len(pairs) >= 8 and all(re.match(r"python -m grpo\b", c) for c, _ in pairs)
+    return pairs
+
+
+@pytest.mark.parametrize("command, printed", errors_page_examples())
+def test_the_errors_page_shows_what_each_command_prints(command, printed, tmp_path):
+    import shlex
+
+    proc = run_grpo(shlex.split(command)[3:], root=tmp_path / "outputs", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip() == printed, proc.stderr
+
+
 def test_every_setting_named_elsewhere_points_at_a_real_key_or_option():
     """The table of names other tools give a setting (grpo/cli/suggest.py): every target is a key
     of the composed config, or a group with those options; every source is not a key (else the

@@ -63,7 +63,9 @@ def main(rounds: int) -> None:
             model.activation_checkpointing_disable()
         model.zero_grad(set_to_none=True)
         start = time.perf_counter()
-        logps, entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, COMPLETION, compute_entropy=True)
+        logps, entropy, _ = trainer._get_per_token_logps_and_entropies(
+            model, ids, mask, COMPLETION, compute_entropy=True
+        )
         (logps.sum() + 0.01 * entropy.sum()).backward()
         return time.perf_counter() - start
 

@@ -148,7 +148,9 @@ def main(argv: list[str]) -> int:
         )
         print(rows[-1], flush=True)
     print()
-    print("Qwen3-0.6B architecture (model=qwen3_0_6b_random), bf16, CPU, 2 GRPO steps of 1-turn alphabet-sort")
+    print(
+        "Qwen3-0.6B architecture (model=qwen3_0_6b_random), bf16, CPU, 2 GRPO steps of 1-turn alphabet-sort"
+    )
     print("| workload | plan peak (GiB) | measured peak (GiB) | error | plan s | run s |")
     print("|---|---|---|---|---|---|")
     print("\n".join(rows))

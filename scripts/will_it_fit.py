@@ -32,12 +32,21 @@ def main() -> int:
     from grpo.memory.plan import plan_memory
 
     started = time.perf_counter()
-    print("| model | weights | generation | " + " | ".join(f"{d} GiB" for d in DEVICES) + " | largest part (24 GiB) |")
+    print(
+        "| model | weights | generation | "
+        + " | ".join(f"{d} GiB" for d in DEVICES)
+        + " | largest part (24 GiB) |"
+    )
     print("|---|---|---|" + "---|" * len(DEVICES) + "---|")
     for label, preset in MODELS:
         for lora in (False, True):
             for backend_label, backend in BACKENDS:
-                overrides = ["+env=alphabet_sort", "model=qwen3_0_6b", f"generation={backend}", "memory.device_gib=80"]
+                overrides = [
+                    "+env=alphabet_sort",
+                    "model=qwen3_0_6b",
+                    f"generation={backend}",
+                    "memory.device_gib=80",
+                ]
                 if lora:
                     overrides.append("model.lora.enabled=true")
                 settings = with_random_weights(load_settings(overrides), preset)
@@ -46,7 +55,9 @@ def main() -> int:
                 for size in DEVICES:
                     on = plan.on(Device("cuda", size * GIB, f"{size} GiB", plan.device.reserve_bytes))
                     cells.append(f"{on.peak.total / GIB:.1f} {'fits' if on.fits else '**no**'}")
-                part, bytes_ = plan.on(Device("cuda", 24 * GIB, "24 GiB", plan.device.reserve_bytes)).largest_part()
+                part, bytes_ = plan.on(
+                    Device("cuda", 24 * GIB, "24 GiB", plan.device.reserve_bytes)
+                ).largest_part()
                 print(
                     f"| {label} | {'LoRA r16' if lora else 'full'} | {backend_label} | "
                     + " | ".join(cells)

@@ -326,7 +326,9 @@ def test_the_zero_signal_hint_fits_the_env():
     hint = zero_signal_hint(3, PingEnv(turns=1))  # no reference_completion
     assert "alphabet_sort_cpu" not in hint and "has no reference answers" in hint and "sft.data_path=" in hint
     char = build_env(load_settings(["+env=char_target"]).env, "en")
-    assert "warm the model up" in zero_signal_hint(1, char) and "+experiment=" not in zero_signal_hint(1, char)
+    assert "warm the model up" in zero_signal_hint(1, char) and "+experiment=" not in zero_signal_hint(
+        1, char
+    )
 
 
 def test_no_hint_while_groups_differ(tmp_path, capsys):
@@ -414,6 +416,7 @@ def test_the_truncated_reward_replaces_the_score_of_every_reward_function_that_c
         return [0.5] * len(prompts)
 
     batched.trl_batched = True
+
     def turns(completion=None, **_):
         return float(len(completion))
 

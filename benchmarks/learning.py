@@ -10,8 +10,8 @@ in it). The arms:
     after SFT          the warm start; also the lr=0 control (GRPO with lr=0 keeps these weights,
                        and the evaluation is seeded, so it would score exactly this)
     after GRPO s<k>    trainer.max_steps of GRPO from the SFT checkpoint, trainer.seed=k
-    more SFT           SFT continued from the same checkpoint for the wall-clock time of one GRPO
-                       run (the mean over the seeds; steps = that time / the SFT's seconds per step):
+    more SFT           SFT continued from the same checkpoint for the training seconds of one GRPO
+                       run (the mean over the seeds), stopped by its own training clock:
                        "does GRPO beat spending the same time on more SFT?"
 
 Differences are paired: per example, the mean over its rollouts (over both seeds for "GRPO"),
@@ -145,6 +145,39 @@ def wall_clock_curve(bench: Bench, interval_s: float, rows: Sequence[Any], rollo
     return WallClockCurve()
 
 
+def clock_stop(budget_s: float, curve: Any = None) -> Any:
+    """A TrainerCallback that stops training at the first step boundary at which the arm's own
+    training clock reaches `budget_s`: the curve's clock (which pauses while it scores), else
+    seconds since training began. `.seconds()`: the clock; `.steps`: the steps taken."""
+    from transformers import TrainerCallback
+
+    class ClockStop(TrainerCallback):
+        def __init__(self) -> None:
+            self.began: float | None = None
+            self.ended: float | None = None
+            self.steps = 0
+
+        def seconds(self) -> float:
+            if curve is not None:
+                return curve.seconds()
+            if self.began is None:
+                return 0.0
+            return (self.ended or time.perf_counter()) - self.began
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.began = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.steps = int(state.global_step)
+            if self.seconds() >= budget_s:
+                control.should_training_stop = True
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.ended = time.perf_counter()
+
+    return ClockStop()
+
+
 class Bench:
     """The recipe's settings and env, and each arm run and scored."""
 
@@ -262,23 +295,26 @@ class Bench:
         )
 
     def more_sft(self, seconds: float, curve: Any = None) -> Arm:
-        """SFT continued from the SFT checkpoint for `seconds` of training (at the SFT's speed). With
-        `curve` (wall_clock_curve), the arm's seconds are its training seconds."""
+        """SFT continued from the SFT checkpoint until its own training clock reaches `seconds` (the
+        GRPO arm's training seconds): it stops at the first step boundary past them, whatever speed
+        it runs at (the SFT stage's s/step only sizes the schedule, at 4x the steps that speed
+        would take). With `curve` (wall_clock_curve), the clock is the curve's (scoring paused)."""
         from grpo.models import load_policy
         from grpo.sft.train import train_sft
 
-        steps = max(1, round(seconds / self.sft_seconds_per_step))
+        planned = max(1, round(seconds / self.sft_seconds_per_step))
         f = self.settings.sft
-        # the same recipe, a new pass over the demonstrations in another order, no second warm-up
+        # the same recipe, a new pass over the demonstrations in another order, no second warm-up; a
+        # schedule long enough that the clock, not the step count, ends it
         more = dataclasses.replace(
-            self.settings, sft=dataclasses.replace(f, max_steps=steps, seed=f.seed + 1, warmup=0)
+            self.settings, sft=dataclasses.replace(f, max_steps=4 * planned, seed=f.seed + 1, warmup=0)
         )
         model, tokenizer = load_policy(self.sft_model())
-        start = time.perf_counter()
+        stop = clock_stop(seconds, curve)
         result = train_sft(more, self.env, self.out / "more_sft", model=model, tokenizer=tokenizer,
-                           callbacks=[curve] if curve else ())  # fmt: skip
-        took = curve.seconds() if curve else time.perf_counter() - start
-        note = f"{steps} more SFT steps, {took / steps:.2f} s/step"
+                           callbacks=[*([curve] if curve else []), stop])  # fmt: skip
+        took, steps = stop.seconds(), max(stop.steps, 1)
+        note = f"{steps} more SFT steps on its own clock, {took:.0f} of {seconds:.0f} s, {took / steps:.2f} s/step"
         clock = curve.points if curve else {}
         return self.score("more_sft", result.model, result.tokenizer, took, note, clock=clock)
 

@@ -26,7 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo.cli.preflight import Checked, exit_on_user_error, preflight
 from grpo.compose import register_options_resolver, run_config
-from grpo.config import register_schema, to_settings
+from grpo.config import register_schema
+from grpo.config import to_settings as settings_of
 from grpo.errors import EXIT_USER_ERROR, GeneratorFailed
 from grpo.files import register_resolvers, release_claimed_dir
 from grpo.run.distributed import (
@@ -40,7 +41,6 @@ from grpo.run.distributed import (
 )
 from grpo.run.layout import HYDRA_DIR, SAVED_CONFIG, output_root
 from grpo.run.resume import ResumePlan, resumable
-from grpo.run.trained import resolve_trained_model
 
 register_schema()
 register_resolvers()
@@ -54,7 +54,7 @@ _checked: Checked | None = None
 def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
-    from grpo.run.interrupt import Interrupted, handle_signals
+    from grpo.run.interrupt import Interrupted
 
     adopt_submitit_tasks()  # a data-parallel submitit job: each task is one rank
     run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -69,25 +69,16 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                 from grpo.files import write_text_atomic
 
                 write_text_atomic(run_dir / subdir / SAVED_CONFIG, OmegaConf.to_yaml(cfg))
-        # model.path=<run folder>: the checkpoint the preflight picked (a sweep job's own otherwise)
-        settings, trained = resolve_trained_model(to_settings(cfg), _checked.trained if _checked else None)
-        if trained is not None and is_main():
-            print(trained.line())
         if world_size() > 1 and is_main():
-            publish_run_dir(output_root(settings), run_dir)
-        from grpo.cli.checks import check_once
-
-        # a no-op for what the preflight checked; a sweep job with sampled values is checked here
-        check_once(settings, plan)
-        from grpo.memory import plan_run
-
-        # before any model loads: will the run fit its device? (a GPU's run, or memory.plan=true)
-        plan_run(settings)
-        from grpo.stages import run_stages
+            publish_run_dir(output_root(settings_of(cfg)), run_dir)
+        from grpo.api import run_in
 
         try:
-            with handle_signals():
-                return run_stages(settings, run_dir, plan)
+            # the API's path from here: model.path=<run folder> (the checkpoint the preflight
+            # picked; a sweep job's own otherwise), the checks (a no-op for what the preflight
+            # checked), the memory plan, the stages
+            trained = _checked.trained if _checked else None
+            return run_in(settings_of(cfg), run_dir, plan, trained=trained).final
         except Interrupted as ex:
             if is_main():  # one line per run, not per process
                 # after a newline: a progress bar may hold the current line
@@ -144,6 +135,9 @@ def interrupted_line(
 
 def main() -> None:
     global _checked
+    from grpo.errors import quiet_closed_pipe
+
+    quiet_closed_pipe()  # `python -m grpo --help | head`: no traceback (also the `grpo` console script)
     # vLLM logs an INFO line per engine call (a prefix-cache reset at every weight sync): warnings
     # only, unless the shell says otherwise (read when vLLM is first imported)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")

@@ -395,7 +395,8 @@ class TrainerConfig:
     # mean and std (see truncated_reward)
     mask_truncated_completions: bool = True
     # the training reward of a truncated completion (a model turn cut by a token limit, Rollout.truncated),
-    # from every reward function: 0 = an answer the model did not end earns nothing, so the completions
+    # from every reward function that counts (weight != 0; a weight-0 metric is logged as it scores, as
+    # in evaluation): 0 = an answer the model did not end earns nothing, so the completions
     # that end get the advantage and EOS is rewarded; null = scored as it stands (a rubric that reads
     # the answer block and ignores what follows then pays a cut, junk-filled completion like an ended
     # one, and GRPO teaches the policy to stop ending its answers). Evaluation scores as the env does

@@ -1,6 +1,7 @@
 """Errors a user can cause: printed as one line, exit code 2, no traceback; and a training run
 stopped by its generator (one line, a checkpoint, exit code 3)."""
 
+import signal
 import sys
 from typing import NoReturn
 
@@ -34,3 +35,11 @@ class GeneratorFailed(RuntimeError):
     def __init__(self, message: str, stage: str | None = None, step: int | None = None):
         super().__init__(message)
         self.stage, self.step = stage, step
+
+
+def quiet_closed_pipe() -> None:
+    """A command whose output is cut (`python -m grpo --help | head`) ends as Unix tools do,
+    silently, not with a BrokenPipeError traceback: SIGPIPE back to its default action (Python
+    ignores it and raises at the next write instead). Called first by every command's entry."""
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)

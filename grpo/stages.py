@@ -59,6 +59,8 @@ class RunResults:
     reward_model_dir: Path | None = None
     # a resumed run's finished SFT model, the policy of the later stages
     sft_dir: Path | None = None
+    # the run's MLflow run (None with tracking=none, or before the tracker started)
+    mlflow_run_id: str | None = None
 
     @property
     def step(self) -> int:
@@ -136,10 +138,10 @@ def _checkpoint_eval_command(settings: GrpoConfig, checkpoint: Path | None) -> s
 
 def run_stages(
     settings: GrpoConfig, run_dir: str | Path | None = None, resume: ResumePlan | None = None
-) -> float | None:
-    """Run every stage; return the last evaluation's mean reward (the sweep objective).
-    `run_dir`: the run's folder (None: Hydra's job dir). `resume`: the run's resume plan (None: read
-    here when settings.resume is set)."""
+) -> RunResults:
+    """Run every stage; return what they produced (`objective`: the last evaluation's mean reward,
+    the sweep objective). `run_dir`: the run's folder (None: Hydra's job dir). `resume`: the run's
+    resume plan (None: read here when settings.resume is set)."""
     from grpo.cli.checks import check_built_env
     from grpo.envs import build_env
     from grpo.tracking import make_tracker
@@ -179,10 +181,11 @@ def run_stages(
                 _sft_stage(run)
         if settings.tracking.log_model or settings.tracking.register_as:
             _log_models(run)
-        change = _change(results)
+        change = paired_change_of(results)
         if change is not None:
             run.tracker.log_metrics({"eval/gain": change.mean, "eval/gain_se": change.se}, 0)
         run.tracker.finish_run(results.objective)
+        results.mlflow_run_id = getattr(run.tracker, "run_id", None)
     if change is not None:
         evals = results.evals
         line = f"reward: baseline {evals['baseline'].mean:.4f} -> final {evals['final'].mean:.4f}"
@@ -192,10 +195,10 @@ def run_stages(
         print(change.verdict())
     for line in run.tracker.where():  # last: the run page, not scrolled away by the evaluations
         print(line)
-    return results.objective
+    return results
 
 
-def _change(results: RunResults) -> PairedChange | None:
+def paired_change_of(results: RunResults) -> PairedChange | None:
     """final - baseline, paired by example (both evaluate the same rows with the same seeds)."""
     from grpo.evaluation.summary import paired_change
 

@@ -128,6 +128,14 @@ def test_sweep_presets_are_a_group():
         ),
         (["+env=alphabet_sort", "env.num_train_exampels=3"], "did you mean env.num_train_examples?"),
         (["+env=alphabet_sort", "trainer.zzz=3"], "unknown key trainer.zzz (keys of trainer: "),
+        # a setting another tool keeps in another group: where grpo keeps it
+        (
+            ["+env=alphabet_sort", "trainer.learning_rate=1e-5"],
+            "unknown key trainer.learning_rate; did you mean optimizer.lr?",
+        ),
+        (["+env=alphabet_sort", "+trainer.lr=1e-5"], "unknown key trainer.lr; did you mean optimizer.lr?"),
+        (["+env=alphabet_sort", "model.lora_r=8"], "unknown key model.lora_r; did you mean model.lora.r?"),
+        (["+env=alphabet_sort", "model.beta=0.1"], "unknown key model.beta; did you mean trainer.beta?"),
         # a group option typo
         (["+env=alphabet_sort", "trainer=dapoo"], "unknown trainer 'dapoo'; did you mean dapo? (available: "),
         (["-m", "+env=alphabet_sort", "trainer=grpo,dapoo"], "unknown trainer 'dapoo'; did you mean dapo?"),
@@ -160,6 +168,66 @@ def test_bad_input_is_one_line_and_exit_2(args, expected, tmp_path):
     assert "To append to your config" not in lines[0]
     # a refused start leaves no run folder (Hydra's .hydra/ and log alone are removed)
     assert not list((tmp_path / "outputs").glob("runs/*/*")), list((tmp_path / "outputs").rglob("*"))
+
+
+def errors_page_examples() -> list[tuple[str, str]]:
+    """(command, the error line under it) of docs/errors.md's examples that run on this machine
+    as written: not those marked for another machine (a comment) or needing a run of yours."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "errors.md").read_text(encoding="utf-8")
+    lines = page.splitlines()
+    pairs = []
+    for command, printed in zip(lines, lines[1:], strict=False):
+        if command.startswith("$ python -m grpo") and printed.startswith("error: "):
+            if "#" in command or "<" in command or "runs/rm" in command:
+                continue
+            pairs.append((command[2:], printed))
+    assert len(pairs) >= 8 and all(re.match(r"python -m grpo\b", c) for c, _ in pairs)
+    return pairs
+
+
+@pytest.mark.parametrize("command, printed", errors_page_examples())
+def test_the_errors_page_shows_what_each_command_prints(command, printed, tmp_path):
+    import shlex
+
+    proc = run_grpo(shlex.split(command)[3:], root=tmp_path / "outputs", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip() == printed, proc.stderr
+
+
+def test_every_setting_named_elsewhere_points_at_a_real_key_or_option():
+    """The table of names other tools give a setting (grpo/cli/suggest.py): every target is a key
+    of the composed config, or a group with those options; every source is not a key (else the
+    table would hide a real one)."""
+    from omegaconf import OmegaConf
+
+    from grpo.cli.suggest import ELSEWHERE
+
+    cfg = compose(["+env=alphabet_sort"])
+    for source, target in ELSEWHERE.items():
+        assert OmegaConf.select(cfg, source, default="missing") == "missing", source
+        for choice in target.split(" or "):
+            name = choice.split(" (")[0]
+            if "=" in name:
+                group, _, options = name.partition("=")
+                if options != "CODE":
+                    assert set(options.split("|")) <= set(group_options(group)), target
+            else:
+                assert OmegaConf.select(cfg, name, default="missing") != "missing", target
+
+
+@pytest.mark.parametrize("module", ["grpo", "grpo.cli.memory_plan", "grpo.serve", "grpo.cli.compare"])
+def test_a_closed_pipe_ends_a_command_without_a_traceback(module, tmp_path):
+    """`python -m grpo --help | head -3`: the reader goes away after a few bytes."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+    )
+    assert proc.stdout.read(20)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
 
 
 def test_cfg_job_prints_the_config_without_heavy_imports(tmp_path):

@@ -11,6 +11,8 @@ import re
 import pytest
 from helpers.packaged_env import packaged_config, packaged_env
 
+from grpo.compose import load_settings
+from grpo.envs import build_env
 from grpo.envs.alphabet_sort import AlphabetSortEnv
 from grpo.envs.base import Row
 from grpo.envs.names import second_capital_split
@@ -290,7 +292,7 @@ def test_turn_scores_for_logging(env):
 
 def spec_reward(completion: list[dict], info: dict, power: float, count_names: bool = False) -> float:
     """The spec written out independently with re + difflib (what an external grader does);
-    `count_names`: grpo's default, the first n distinct lines, times n / (n + the other lines)."""
+    `count_names`: grpo's option, the first n distinct lines, times n / (n + the other lines)."""
     answers = [m["content"] for m in completion if m["role"] == "assistant"]
     total = 0.0
     for turn in range(1, info["num_turns"] + 1):
@@ -351,6 +353,52 @@ def test_matches_an_independent_implementation_of_the_spec(count_names):
     assert differ > 50  # the perturbations insert lines: the two scorings part on many of them
 
 
+def test_the_default_scores_as_the_hubs_0_1_5_with_padding_and_repeats():
+    """+env=alphabet_sort as composed, no option set: scripted completions that pad, repeat names,
+    add names never given and drop some score exactly as an independent implementation of 0.1.5
+    (every line of the block in the similarity), and padding pays there as 0.1.5's did; the
+    recipes that turn grpo's count_names on by name score otherwise."""
+    settings = load_settings(
+        ["+env=alphabet_sort", "env.min_turns=2", "env.max_turns=3", "env.num_eval_examples=30"]
+    )
+    assert settings.env["count_names"] is False
+    env = build_env(settings.env, settings.language)
+    counting = build_env({**settings.env, "count_names": True}, settings.language)
+    parted = 0
+    for row in env.rows("eval"):
+        reference = env.reference_completion(row)
+        scripted = []
+        for edit in ("repeat last", "repeat first", "extra name", "drop one"):
+            completion = [dict(m) for m in reference]
+            for m in completion:
+                if m["role"] != "assistant":
+                    continue
+                head, _, rest = m["content"].partition("\n")
+                lines, _, tail = rest.rpartition("\n")
+                names = lines.split("\n")
+                if edit == "repeat last":
+                    names.append(names[-1])
+                elif edit == "repeat first":
+                    names.insert(0, names[0])
+                elif edit == "extra name":
+                    names.append("Zelda Zimmerman")
+                elif len(names) > 1:
+                    names.pop(len(names) // 2)
+                m["content"] = "\n".join([head, *names, tail])
+            scripted.append(completion)
+        for completion in scripted:
+            got = env.score(row, completion)["alphabet_sort_reward"]
+            assert got == pytest.approx(spec_reward(completion, row.info, 4, count_names=False), abs=1e-12)
+        # grpo's count_names scores the same repeat otherwise: the default is not it
+        counted = counting.score(row, scripted[0])["alphabet_sort_reward"]
+        parted += counted != pytest.approx(env.score(row, scripted[0])["alphabet_sort_reward"], abs=1e-9)
+    assert parted == len(env.rows("eval"))
+    for recipe in ("alphabet_sort_cpu", "alphabet_sort_cpu_full", "alphabet_sort_multilingual"):
+        assert load_settings([f"+experiment={recipe}"]).env["count_names"] is True, recipe
+    for hub in ("alphabet_sort_hub_recipe", "alphabet_sort_hub_recipe_cpu"):
+        assert load_settings([f"+experiment={hub}"]).env["count_names"] is False, hub
+
+
 # ---- count_names: padding never pays, in any language ---------------------------------------------
 
 LANGUAGES = ("en", "de", "fr", "es", "sv", "ru", "ar", "hi", "zh", "ja", "ko")
@@ -390,11 +438,11 @@ def weak_answers(truth: list[str], rng: random.Random) -> list[list[str]]:
 def test_repeated_or_extra_names_never_raise_the_score(language):
     env = packaged_env(
         "alphabet_sort", language=language, min_turns=1, max_turns=1, min_names_per_turn=2,
-        max_names_per_turn=5, num_eval_examples=40,
+        max_names_per_turn=5, num_eval_examples=40, count_names=True,
     )  # fmt: skip
-    legacy = packaged_env(
+    legacy = packaged_env(  # the default: 0.1.5's scoring
         "alphabet_sort", language=language, min_turns=1, max_turns=1, min_names_per_turn=2,
-        max_names_per_turn=5, num_eval_examples=40, count_names=False,
+        max_names_per_turn=5, num_eval_examples=40,
     )  # fmt: skip
     rng = random.Random(language)
     paid_before = 0

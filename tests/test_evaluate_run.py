@@ -199,7 +199,10 @@ def _serve(model_path: Path, cwd: Path) -> tuple[str, dict, str]:
         }
         reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        # read through the text buffers: communicate() reads the pipes below them, and would lose
+        # the lines readline() has already buffered (the example request after the listening line)
+        out, err = proc.stdout.read(), proc.stderr.read()
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -216,12 +219,21 @@ def test_a_run_folder_is_served_at_its_final_checkpoint_under_the_runs_model_nam
 
     run_dir, _ = lora_run
     final = run_dir / "checkpoints" / "checkpoint-3"
-    first, reply, _ = _serve(run_dir, tmp_path)
+    first, reply, out = _serve(run_dir, tmp_path)
     assert first == (
         f"model.path={run_dir}: a grpo run folder; serving its final checkpoint checkpoints/checkpoint-3 "
         "(step 3, a LoRA adapter on the run's base model)"
     )
     assert reply["model"] == saved_model(run_dir).name
     assert 1 <= reply["usage"]["completion_tokens"] <= 8
+    # after its first lines, a request in the run's env's own prompt format: the env's first eval row
+    from grpo.envs import build_env
+    from grpo.run.trained import saved_env
+
+    line = next(x for x in out.splitlines() if "a request it knows: " in x)
+    request = json.loads(line.split("a request it knows: ", 1)[1])
+    env_cfg, language = saved_env(run_dir)
+    assert request["messages"] == build_env(env_cfg, language).rows("eval", 1)[0].prompt
+    assert request["model"] == reply["model"] and request["max_tokens"] > 0
     _, direct, _ = _serve(final, tmp_path)
     assert reply["choices"][0]["message"]["content"] == direct["choices"][0]["message"]["content"]

@@ -102,6 +102,28 @@ def test_the_classic_example_scores_the_count_and_nothing_for_garbage(capsys):
         assert all((s["correct_count"], s["answer_format"]) == (0.0, 0.0) for s in scored(env, garbage))
 
 
+def test_the_classic_example_has_reference_answers_that_warm_up_an_sft_and_the_v1_one_has_none():
+    """A single-turn env whose parser writes its answer field and whose rows carry the answer: its
+    reference episode is the answer in the parser's format, scoring full marks; the sft stage's
+    demonstrations come from it. A v1 taskset writes none: NotImplementedError, and the
+    zero-signal hint points to demonstrations instead."""
+    from grpo.sft.data import env_demonstrations
+    from grpo.train.progress import zero_signal_hint
+
+    env = env_of(COUNT)
+    for row in env.rows("train", 5):
+        reference = env.reference_completion(row)
+        assert reference == [{"role": "assistant", "content": f"<answer>\n{row.info['answer']}\n</answer>"}]
+        assert env.score(row, reference) == {"correct_count": 1.0, "answer_format": 1.0, "vf_num_turns": 1.0}
+    demos = env_demonstrations(env, 4)
+    assert [d.completion for d in demos] == [env.reference_completion(r) for r in env.rows("train", 4)]
+    assert "stages=[sft,eval,train,eval]" in zero_signal_hint(1, env)
+    namen = env_of(NAMEN)
+    with pytest.raises(NotImplementedError):
+        namen.reference_completion(namen.rows("train", 1)[0])
+    assert "has no reference answers" in zero_signal_hint(1, namen)
+
+
 def names_of(messages: list[dict]) -> list[str]:
     return re.search(r"\): (.*)\. Antworte", messages[-1]["content"]).group(1).split(", ")
 

@@ -183,3 +183,63 @@ ANY_TEXT = st.one_of(
 def test_property_never_raises_and_stays_in_range(text, code, ignore):
     value = language_consistency(text, get_spec(code), ignore=ignore)
     assert isinstance(value, float) and not math.isnan(value) and 0.0 <= value <= 1.0
+
+
+# ---- garbage pays nothing -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def random_model_answers():
+    """The tiny random model's answers to alphabet-sort's prompts in every language (sampled,
+    48 tokens each): byte-level noise from every script of the tokenizer's corpus."""
+    import torch
+
+    from grpo.compose import load_settings
+    from grpo.envs import build_env
+    from grpo.generation import GenRequest, Sampling, make_backend
+
+    torch.manual_seed(0)
+    base = load_settings(["+env=alphabet_sort", "model=tiny"])
+    backend = make_backend(base.generation, None, None, base.model)
+    answers = {}
+    for code in sorted(TEXTS):
+        settings = load_settings(["+env=alphabet_sort", "model=tiny", f"language={code}"])
+        rows = build_env(settings.env, settings.language).rows("eval", 8)
+        requests = [
+            GenRequest(prompt_ids=backend.encode(backend.render(list(r.prompt), True)), max_new_tokens=48)
+            for r in rows
+            for _ in range(3)
+        ]
+        answers[code] = [
+            o.text
+            for o in backend.generate(requests, Sampling(temperature=1.0, max_tokens_per_turn=48, seed=1))
+        ]
+    return answers
+
+
+@pytest.mark.parametrize("code", sorted(TEXTS))
+def test_a_random_models_garbage_earns_nothing_in_any_language(code, random_model_answers):
+    """What a random model writes (the v1 example's German runs earned 0.02-0.03 for it before)
+    is no answer in any language: 0 for all 24 of them, while a sentence in the language still
+    earns its share and a text with one foreign word a little less."""
+    spec = get_spec(code)
+    assert [language_consistency(text, spec) for text in random_model_answers[code]] == [0.0] * 24
+    assert language_consistency(TEXTS[code], spec) == 1.0
+    # the check is not a cap on unusual text: a formula's symbols or a name in Latin letters pass
+    assert language_consistency(TEXTS[code] + " x = 2π, Anna.", spec) > 0.5
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "aaaaaaaaaaaaaaaaaaaa",
+        "ja ja ja ja ja ja ja",
+        "The sorted list \x00\x01\x02 is below.",
+        "The sorted list is below.\ufffd",
+        "Les noms сортированы ordnungsgemäß ב-σειρά 按顺序 排列 ほど",
+    ],
+    ids=["one character", "one word", "control bytes", "replacement character", "script soup"],
+)
+def test_implausible_text_earns_nothing(text):
+    for code in ("en", "de", "fr", "ru", "zh"):
+        assert language_consistency(text, get_spec(code)) == 0.0

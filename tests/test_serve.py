@@ -129,6 +129,56 @@ def test_chat_completions(server):
     assert models[0]["id"] == "grpo-policy" and models[0]["max_model_len"] == 64 + 32
 
 
+def test_a_reply_cut_mid_character_never_carries_a_replacement_character(server, backend):
+    """A byte-level tokenizer cut inside a character decodes the incomplete bytes as U+FFFD; the
+    chat route drops them. The tiny model's replies (random tokens, many of them lone bytes of
+    multi-byte characters) decoded as they are carry U+FFFD; the same requests through the chat
+    route never do."""
+    from grpo.serve.protocol import complete_text
+
+    ids = backend.tokenizer("名前", add_special_tokens=False).input_ids
+    cut = next(i for i in range(1, len(ids)) if "\ufffd" in backend.decode(ids[:i]))
+    assert complete_text(backend.decode(ids[:cut])) == backend.decode(ids[:cut]).replace("\ufffd", "")
+    assert (
+        "\ufffd" not in complete_text(backend.decode(ids[:cut]))
+        and complete_text(backend.decode(ids)) == "名前"
+    )
+    raw_replacements = 0
+    for seed in range(8):
+        message = [{"role": "user", "content": f"Sort: Bo, Al ({seed})"}]
+        params = {"max_tokens": 24, "temperature": 1.0, "seed": seed}
+        tokens = generate(server.url, backend.encode(backend.render(message, True)), **params).json()
+        raw_replacements += "\ufffd" in backend.decode(tokens["choices"][0]["token_ids"])
+        body = {"model": "grpo-policy", "messages": message, **params}
+        reply = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60).json()
+        assert "\ufffd" not in reply["choices"][0]["message"]["content"]
+    assert raw_replacements > 0  # the case is exercised: the plain decode did carry U+FFFD
+
+
+def test_only_the_run_that_owns_a_server_swaps_its_weights(backend, tmp_path, monkeypatch):
+    """A server a user started (no GRPO_WEIGHTS_KEY) refuses /grpo/v1/weights with 403, whatever
+    is sent; one started with a key (a run's generator) takes that key only."""
+    from grpo.generation.served import WEIGHTS_KEY_HEADER
+
+    body = {"path": str(tmp_path / "w.safetensors"), "version": 1}
+    with PolicyServer(backend) as plain:
+        refused = httpx.post(plain.url + "/grpo/v1/weights", json=body, headers={WEIGHTS_KEY_HEADER: "x"})
+        assert (
+            refused.status_code == 403
+            and "not started by a training run" in refused.json()["error"]["message"]
+        )
+    with PolicyServer(backend, weights_key="the-runs-key") as owned:
+        wrong = httpx.post(owned.url + "/grpo/v1/weights", json=body, headers={WEIGHTS_KEY_HEADER: "guess"})
+        assert wrong.status_code == 403
+        missing = httpx.post(owned.url + "/grpo/v1/weights", json=body)
+        assert missing.status_code == 403
+        # the right key gets past the gate to the file check (this path does not exist)
+        right = httpx.post(
+            owned.url + "/grpo/v1/weights", json=body, headers={WEIGHTS_KEY_HEADER: "the-runs-key"}
+        )
+        assert right.status_code == 400 and "path" in right.json()["error"]["message"]
+
+
 @pytest.mark.parametrize(
     "path,body,status,words",
     [

@@ -47,11 +47,11 @@ def learned(tmp_path_factory):
     root = tmp_path_factory.mktemp("sft")
     common = [*LEARN, "tracking=mlflow", f"output_root={root}"]
     base = load_settings([*common, "stages=[eval]"])
-    before = run_stages(base, root / "runs" / "random")
+    before = run_stages(base, root / "runs" / "random").objective
     settings = load_settings([*common, "stages=[sft,eval]"])
     check(settings)
     run_dir = root / "runs" / "sft"
-    after = run_stages(settings, run_dir)
+    after = run_stages(settings, run_dir).objective
     return settings, run_dir, before, after
 
 
@@ -102,7 +102,7 @@ def test_a_later_run_evaluates_the_saved_model_by_path_to_the_same_result(learne
     )
     check(later)
     # same weights, tokenizer and chat template, same eval seed: the same rollouts and reward
-    assert run_stages(later, tmp_path / "later") == pytest.approx(after)
+    assert run_stages(later, tmp_path / "later").objective == pytest.approx(after)
 
 
 # ---- in-process: labels, LoRA, the GRPO reference, Ctrl-C ---------------------------------------

@@ -266,6 +266,31 @@ def test_a_generator_serving_another_model_or_other_weights_is_refused_in_one_li
     assert call_server(served_tiny, "/health", timeout_s=5)["status"] == "ok"
 
 
+@pytest.mark.slow
+def test_generator_settings_are_refused_before_anything_loads(tmp_path, served_tiny):
+    """A generation.base_url that refuses, one that serves another model, one batch ahead with a
+    backend that has no generator apart: one line, exit 2, in seconds, no run folder, no MLflow run."""
+    root = tmp_path / "out"
+    cases = [
+        (
+            ["generation.base_url=http://127.0.0.1:9"],
+            "generation.base_url=http://127.0.0.1:9: no python -m grpo.serve answers there",
+        ),
+        (
+            [f"generation.base_url={served_tiny}", "model=small"],
+            f"generation.base_url={served_tiny} serves 'tiny', another model than model=small",
+        ),
+        (["generation=vllm_colocate"], "needs a generator apart from the trainer"),
+    ]
+    for extra, expected in cases:
+        started = time.monotonic()
+        done = run_grpo(["+env=alphabet_sort", "generation.num_batches_ahead=1", *extra], root=root)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and expected in lines[0], done.stderr[-2000:]
+        assert time.monotonic() - started < 30  # the port is not waited on for generation.timeout_s (120 s)
+    assert not (root / "runs").exists() and not (root / "mlflow.db").exists()
+
+
 # ---- the command line: faults, Ctrl-C, resume ---------------------------------------------------------
 
 RUN = [

@@ -312,8 +312,23 @@ def test_monitors_reach_the_step_log_and_the_zero_signal_hint_prints_once(tmp_pa
     )
     build_trainer(scored, env, tmp_path / "scored").trainer.train()
     out = capsys.readouterr().out
-    assert out.count("hint: every group") == 1 and zero_signal_hint(1) in out
-    assert "stages=[sft,eval,train,eval]" in zero_signal_hint(1)
+    assert out.count("hint: every group") == 1 and zero_signal_hint(1, env) in out
+    # the hint fits the env: alphabet_sort warms up on its reference answers, and has a CPU recipe
+    assert "stages=[sft,eval,train,eval]" in zero_signal_hint(1, env)
+    assert "+experiment=alphabet_sort_cpu" in zero_signal_hint(1, env)
+
+
+def test_the_zero_signal_hint_fits_the_env():
+    """An env without reference answers (a verifiers env, a third-party one) is not sent to an SFT
+    on them nor to alphabet-sort's recipe; another env with them gets the SFT, not the recipe."""
+    from helpers.fake_envs import PingEnv
+
+    hint = zero_signal_hint(3, PingEnv(turns=1))  # no reference_completion
+    assert "alphabet_sort_cpu" not in hint and "has no reference answers" in hint and "sft.data_path=" in hint
+    char = build_env(load_settings(["+env=char_target"]).env, "en")
+    assert "warm the model up" in zero_signal_hint(1, char) and "+experiment=" not in zero_signal_hint(
+        1, char
+    )
 
 
 def test_no_hint_while_groups_differ(tmp_path, capsys):
@@ -387,7 +402,7 @@ def test_completions_cut_by_the_token_limit_earn_nothing_and_get_no_gradient_by_
     assert bool(changed) == changes, changed[:3]
 
 
-def test_the_truncated_reward_replaces_the_score_of_every_reward_function():
+def test_the_truncated_reward_replaces_the_score_of_every_reward_function_that_counts():
     from grpo.envs.rubric import COMPLETION_FIELD, TRUNCATED_FIELD, RewardFunc
     from grpo.rewards.reward_funcs import rubric_reward_funcs
 
@@ -401,16 +416,27 @@ def test_the_truncated_reward_replaces_the_score_of_every_reward_function():
         return [0.5] * len(prompts)
 
     batched.trl_batched = True
-    funcs = [RewardFunc("length", length), RewardFunc("not_for_b", not_for_b), RewardFunc("rm", batched, 0.0)]
+
+    def turns(completion=None, **_):
+        return float(len(completion))
+
+    funcs = [
+        RewardFunc("length", length),
+        RewardFunc("not_for_b", not_for_b),
+        RewardFunc("rm", batched, 0.5),
+        RewardFunc("num_turns", turns, 0.0),  # a weight-0 metric, as verifiers envs report
+    ]
     episodes = [[assistant("aaaa")], [assistant("bbbbbbbb")], [assistant("aaaaaaaaaaaa")]]
     fields = {COMPLETION_FIELD: episodes, TRUNCATED_FIELD: [False, True, True]}
     prompts, completions = ["p"] * 3, ["c"] * 3
-    (size, other, rm), _ = rubric_reward_funcs(funcs, truncated_reward=0.0)
+    (size, other, rm, metric), _ = rubric_reward_funcs(funcs, truncated_reward=0.0)
     assert size(prompts, completions, **fields) == [0.4, 0.0, 0.0]
     assert other(prompts, completions, **fields) == [1.0, None, 0.0]  # None: the function does not apply
     assert rm(prompts, completions, **fields) == [0.5, 0.0, 0.0] and rm.__name__ == "batched"
     assert rm.trl_batched is True  # the wrapped function's attributes show through
     assert copy.deepcopy(rm)(prompts, completions, **fields) == [0.5, 0.0, 0.0]
-    (size, other, rm), _ = rubric_reward_funcs(funcs, truncated_reward=None)
+    # the metric scores as an evaluation scores it, truncated or not
+    assert metric(prompts, completions, **fields) == [1.0, 1.0, 1.0]
+    (size, other, rm, metric), _ = rubric_reward_funcs(funcs, truncated_reward=None)
     assert size(prompts, completions, **fields) == [0.4, 0.8, 1.0]
     assert rm is batched

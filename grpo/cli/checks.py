@@ -23,7 +23,7 @@ from typing import Any
 
 from grpo.config import GrpoConfig
 from grpo.evaluation.checks import check_eval
-from grpo.generation.checks import check_generation, check_vllm_model
+from grpo.generation.checks import check_generation, check_generator, check_vllm_model
 from grpo.languages.checks import check_language
 from grpo.memory.checks import check_memory
 from grpo.models.checks import check_model, check_torch_builds
@@ -69,6 +69,7 @@ def check(s: GrpoConfig, resume: ResumePlan | None = None, machine: bool = True)
     check_generation(s.generation, s.stages, machine)
     if machine:
         check_vllm_model(s.generation, s.model)
+        check_generator(s.generation, s.model, s.stages)
     if s.resume:
         check_resume(s.resume, s.stages, resume)
     if "eval" in s.stages:

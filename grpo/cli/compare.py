@@ -114,4 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from grpo.errors import quiet_closed_pipe
+
+    quiet_closed_pipe()
     sys.exit(main())

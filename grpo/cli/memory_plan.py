@@ -93,6 +93,9 @@ def _sizes(text: str | None) -> list[float]:
 
 
 if __name__ == "__main__":
+    from grpo.errors import quiet_closed_pipe
+
+    quiet_closed_pipe()
     from grpo.trl_adapter.logs import quiet_library_notices
 
     quiet_library_notices()

@@ -210,6 +210,12 @@ def _check_search_space(overrides: Sequence[str], plain: list[str]) -> None:
             )
 
 
+def sweep_parts(overrides: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """The plain overrides of a command line, and per swept key (a=1,2) the values it lists; a
+    malformed override is a UserError. Every job of the sweep is one value of each swept key."""
+    return _checkable_overrides(overrides)
+
+
 def _sweep_jobs(swept: dict[str, list[str]]) -> list[list[str]]:
     """The swept overrides of the jobs to check, the sweep's first job first."""
     keys = list(swept)

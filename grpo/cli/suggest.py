@@ -57,9 +57,93 @@ def keys_of(cfg: DictConfig, parent: str) -> list[str]:
     return [str(k) for k in node] if OmegaConf.is_dict(node) else []
 
 
+# names other tools give a setting (TRL's GRPOConfig, transformers' TrainingArguments, peft, vLLM,
+# vf-eval), written under the group a user reaches for first -> where grpo keeps it
+ELSEWHERE = {
+    "trainer.learning_rate": "optimizer.lr",
+    "trainer.lr": "optimizer.lr",
+    "trainer.weight_decay": "optimizer.weight_decay",
+    "trainer.warmup_steps": "optimizer.warmup",
+    "trainer.warmup_ratio": "optimizer.warmup",
+    "trainer.warmup": "optimizer.warmup",
+    "trainer.lr_scheduler_type": "optimizer.lr_scheduler",
+    "trainer.lr_scheduler": "optimizer.lr_scheduler",
+    "trainer.max_grad_norm": "optimizer.max_grad_norm",
+    "trainer.adam_beta1": "optimizer.betas",
+    "trainer.adam_beta2": "optimizer.betas",
+    "trainer.optim": "optimizer=adamw|sgd|adafactor|adamw_8bit",
+    "trainer.optimizer": "optimizer=adamw|sgd|adafactor|adamw_8bit",
+    "trainer.per_device_train_batch_size": "trainer.per_device_batch_completions",
+    "trainer.batch_size": "trainer.per_device_batch_completions",
+    "trainer.micro_batch_size": "trainer.per_device_batch_completions",
+    "trainer.generation_batch_size": "trainer.completions_per_step",
+    "trainer.steps_per_generation": "trainer.gradient_accumulation_steps",
+    "trainer.group_size": "trainer.num_generations",
+    "trainer.num_completions": "trainer.num_generations",
+    "trainer.kl_coef": "trainer.beta",
+    "trainer.kl": "trainer.beta",
+    "trainer.num_train_epochs": "trainer.max_steps",
+    "trainer.max_new_tokens": "generation.max_tokens_per_turn",
+    "trainer.max_tokens": "generation.max_tokens_per_turn",
+    "trainer.use_vllm": "generation=vllm_colocate|vllm_server",
+    "trainer.vllm_mode": "generation=vllm_colocate|vllm_server",
+    "trainer.vllm_gpu_memory_utilization": "generation.gpu_memory_utilization",
+    "trainer.use_peft": "model.lora.enabled",
+    "trainer.lora": "model.lora.enabled",
+    "model.lora_r": "model.lora.r",
+    "model.r": "model.lora.r",
+    "model.lora_alpha": "model.lora.alpha",
+    "model.lora_dropout": "model.lora.dropout",
+    "model.lora_target_modules": "model.lora.target_modules",
+    "model.use_lora": "model.lora.enabled",
+    "model.use_peft": "model.lora.enabled",
+    "model.lora_enabled": "model.lora.enabled",
+    "model.model_name_or_path": "model.path",
+    "model.name_or_path": "model.path",
+    "model.torch_dtype": "model.dtype",
+    "model.gradient_checkpointing": "trainer.gradient_checkpointing",
+    "model.max_length": "trainer.max_completion_length",
+    "model.lr": "optimizer.lr",
+    "generation.temperature": "trainer.temperature (training) or eval.temperature",
+    "generation.top_p": "trainer.top_p (training) or eval.top_p",
+    "generation.max_new_tokens": "generation.max_tokens_per_turn",
+    "generation.max_tokens": "generation.max_tokens_per_turn",
+    "generation.num_generations": "trainer.num_generations",
+    "eval.n": "eval.num_examples",
+    "eval.num_samples": "eval.num_examples",
+    "eval.r": "eval.rollouts_per_example",
+    "eval.rollouts": "eval.rollouts_per_example",
+    "eval.max_tokens": "generation.max_tokens_per_turn",
+    "optimizer.learning_rate": "optimizer.lr",
+    "optimizer.warmup_steps": "optimizer.warmup",
+    "optimizer.lr_scheduler_type": "optimizer.lr_scheduler",
+    "env.language": "language=CODE",
+}
+
+
+def elsewhere(cfg: DictConfig | None, key: str) -> str | None:
+    """Where grpo keeps the setting `key` names when its group does not have it: the name other
+    tools give it (ELSEWHERE), or the same name in another group of `cfg` (`trainer.top_p` and
+    `eval.top_p` both exist; `model.beta` -> trainer.beta)."""
+    if key in ELSEWHERE:
+        return ELSEWHERE[key]
+    parent, _, leaf = key.rpartition(".")
+    if cfg is None or not parent or "." in parent:
+        return None
+    for group in (str(k) for k in cfg):
+        if group != parent and leaf in keys_of(cfg, group) and group not in ("env", "hydra"):
+            return f"{group}.{leaf}"
+    return None
+
+
 def unknown_key_message(cfg: DictConfig, key: str, choices: Iterable[str] | None = None) -> str:
-    """One line for a key the config does not have, with the closest key (part by part through
-    `cfg`, or among `choices`, the keys its parent allows) or else the keys its parent has."""
+    """One line for a key the config does not have: the setting's name in another group (a name
+    another tool gives it, `trainer.learning_rate` -> optimizer.lr), else the closest key (part by
+    part through `cfg`, or among `choices`, the keys its parent allows), else the keys its parent
+    has."""
+    moved = elsewhere(cfg, key.lstrip("+~"))
+    if moved:
+        return f"unknown key {key}; did you mean {moved}?"
     parent, _, leaf = key.rpartition(".")
     dotted = f"{parent}." if parent else ""
     if choices is not None:

@@ -40,4 +40,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from grpo.errors import quiet_closed_pipe
+
+    quiet_closed_pipe()
     main()

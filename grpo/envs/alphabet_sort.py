@@ -12,10 +12,11 @@ The Hub's later versions are options, off by default (0.1.5's behaviour), and pr
 family name, English split at the second capital), `multi_attempt` (0.1.6: several blocks in a turn
 must each improve on the one before, else the turn scores 0), `random_template_count` (0.1.7) and
 `power_per_turn=false` (0.1.8's flag: the power applies to the mean of the turns' raw ratios).
-`count_names` (grpo's, on by default; off in the Hub presets): a turn is scored on its first n
-distinct lines (n = the names expected), times n / (n + its surplus lines), so an answer never gains
-by repeating a name or listing more names than it was given (`counted_lines`); off, every line of the
-block counts in the similarity, as in 0.1.5, and padding could raise a score.
+`count_names` (grpo's, off by default: the seed's 0.1.5 scoring stays the default; grpo's own
+recipes turn it on by name): a turn is scored on its first n distinct lines (n = the names
+expected), times n / (n + its surplus lines), so an answer never gains by repeating a name or
+listing more names than it was given (`counted_lines`); off, every line of the block counts in the
+similarity, as in 0.1.5, and padding can raise a score.
 
 Names, order and prompts follow the row's language (grpo.languages):
 - English is 0.1.5 byte for byte: faker en_US "FirstLast" names in plain code-point order, sorted
@@ -209,7 +210,7 @@ class AlphabetSortEnv(Environment):
         sort_by: str | None = None,
         random_template_count: bool = False,
         collation: str | None = None,
-        count_names: bool = True,
+        count_names: bool = False,
         names_source: str | None = None,
         seed: int = 0,
         num_train_examples: int = 1000,

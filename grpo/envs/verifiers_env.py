@@ -355,6 +355,25 @@ class VerifiersEnv(LoadedRowsEnv):
             )[1]
         return self._loop.run(self._score(row, completion, state))
 
+    def reference_completion(self, row: Row) -> Messages:
+        """The row's perfect episode, where the env has one: a single-turn env whose parser writes
+        fields (verifiers' XMLParser: `format`) and whose row carries its `answer`, answered in the
+        parser's format, which must score the rubric's maximum (every weighted function 1);
+        NotImplementedError otherwise (no SFT demonstrations from this env: give sft.data_path)."""
+        answer = row.info.get("answer")
+        write = getattr(self.parser, "format", None)
+        field = getattr(self.parser, "answer_field", None)
+        if self.max_turns != 1 or answer in (None, "") or not callable(write) or not field:
+            raise NotImplementedError(f"env {self.name} has no reference answers")
+        completion = [{"role": "assistant", "content": str(write(**{field: str(answer)}))}]
+        scores = self.score(row, completion)
+        weights = dict(self._funcs)
+        if any(weights.get(name) and scores.get(name) != 1.0 for name in scores):
+            raise NotImplementedError(
+                f"env {self.name}: its answer in the parser's format does not score full marks"
+            )
+        return completion
+
     def replay(self, row: Row, assistant_texts: list[str]) -> tuple[Messages, Any]:
         """The episode of scripted model turns: (completion, state), as the rollout engine would
         produce it (the turns after the env ends the episode are dropped)."""

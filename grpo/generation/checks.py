@@ -31,13 +31,14 @@ def check_generation(g: GenerationConfig, stages: list[str], machine: bool = Tru
             f"generation.batch_size={g.batch_size} must be >= 1 (conversations per generate call) "
             "or null (all active conversations at once)"
         )
+    if g.num_batches_ahead:
+        # before the backend's own rules: a generator apart from the trainer is the first question
+        _ahead(g, stages)
     if g.backend == "openai":
         _openai(g, stages)
     elif g.backend in VLLM_MODES:
         _vllm(g, stages, machine)
-    if g.num_batches_ahead:
-        _ahead(g, stages)
-    elif g.backend == "hf" and g.base_url:
+    if not g.num_batches_ahead and g.backend == "hf" and g.base_url:
         # it would be ignored: the hf backend generates in the trainer unless it runs ahead
         reject(
             f"generation.base_url={g.base_url} is not used by generation=hf: add generation.num_batches_ahead=1 "
@@ -155,3 +156,51 @@ def _ahead(g: GenerationConfig, stages: list[str]) -> None:
             f"generation.base_url={g.base_url!r} must be the http(s) root URL of a running python -m grpo.serve, "
             "e.g. http://127.0.0.1:8000 (or null: the run starts its own generator)"
         )
+
+
+# seconds a generator at generation.base_url has to answer /health before the run is refused
+GENERATOR_ANSWER_S = 5.0
+
+
+def check_generator(g: GenerationConfig, m: ModelConfig, stages: list[str]) -> None:
+    """A generator at generation.base_url (one batch ahead, hf) answers, before anything loads:
+    /health within GENERATOR_ANSWER_S seconds, and /grpo/v1/info with the policy's architecture and
+    tokenizer (the policy built on the meta device from its config: no weights read). Its weights
+    are checked when the trainer has them (grpo/generation/generator.py)."""
+    if not (g.num_batches_ahead and g.backend == "hf" and g.base_url and "train" in stages):
+        return
+    from grpo.generation.served import GeneratorError, call_server
+
+    url = str(g.base_url).rstrip("/")
+    key = os.environ.get(g.api_key_var) if g.api_key_var else None
+    try:
+        call_server(url, "/health", timeout_s=GENERATOR_ANSWER_S, api_key=key)
+        info = call_server(url, "/grpo/v1/info", timeout_s=GENERATOR_ANSWER_S, api_key=key)
+    except GeneratorError as ex:
+        reject(
+            f"generation.base_url={url}: no python -m grpo.serve answers there within {GENERATOR_ANSWER_S:g} s "
+            f"({_reason(ex)}): start one with the run's model.* settings, or leave generation.base_url unset "
+            "and the run starts its own generator"
+        )
+    from grpo.models.weights import planned_identity
+
+    mine = planned_identity(m)
+    served = f"generation.base_url={url} serves {info.get('model')!r}"
+    if info.get("architecture") != mine["architecture"]:
+        reject(
+            f"{served}, another model than model={m.name} (other parameter names, shapes or dtype): start it "
+            "with the run's model.* settings"
+        )
+    if info.get("tokenizer") != mine["tokenizer"]:
+        reject(
+            f"{served}: the policy's architecture with another tokenizer: start it with the run's model.* settings"
+        )
+
+
+def _reason(ex: BaseException) -> str:
+    """What went wrong, without the URL the line already names."""
+    text = str(ex)
+    for prefix in ("the generator at ",):
+        if text.startswith(prefix):
+            text = text[len(prefix) :].split(" ", 1)[-1]
+    return text.removeprefix("is ")

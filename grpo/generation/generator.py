@@ -25,6 +25,7 @@ them over NCCL instead (grpo/train/ahead.py).
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -37,7 +38,13 @@ from typing import Any
 
 from grpo.config import GenerationConfig
 from grpo.errors import UserError
-from grpo.generation.served import GeneratorError, ServedBackend, call_server
+from grpo.generation.served import (
+    WEIGHTS_KEY_HEADER,
+    WEIGHTS_KEY_VAR,
+    GeneratorError,
+    ServedBackend,
+    call_server,
+)
 
 # what the run's generator may be asked at once: prompt tokens of one request, new tokens of one turn
 _MAX_PROMPT_TOKENS = 1 << 20
@@ -95,6 +102,9 @@ class Generator:
         # the latest weights version the server accepted (it loads it before its next generation)
         self.version = 0
         self.model_name = "grpo-policy"
+        # the key of the server's weights route: the one this run gave the server it started, or
+        # $GRPO_WEIGHTS_KEY for a server at generation.base_url started with it
+        self.weights_key: str | None = os.environ.get(WEIGHTS_KEY_VAR) or None
         self._files: list[Path] = []
         self._folder: Path | None = None
 
@@ -144,14 +154,22 @@ class Generator:
             "serve.api_key_var=null",
         ]
         env = dict(os.environ)
-        # the server's share of the cores, and no GPU (grpo.serve generates on the CPU)
+        # the server's share of the cores; on the trainer's GPU when it trains on one (a second
+        # process on the same device: the memory plan counts its copy), else on the CPU. The weights
+        # route takes this run's key only
+        weights_key = secrets.token_hex(16)
         env.update(
             OMP_NUM_THREADS=str(threads),
             MKL_NUM_THREADS=str(threads),
             TOKENIZERS_PARALLELISM="false",
-            CUDA_VISIBLE_DEVICES="",
             PYTHONUNBUFFERED="1",
+            **{WEIGHTS_KEY_VAR: weights_key},
         )
+        device = getattr(next(iter(model.parameters()), None), "device", None)
+        if getattr(device, "type", "cpu") == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", str(device.index or 0))
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU: the CPU, as the trainer
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             process = subprocess.Popen(
@@ -171,6 +189,7 @@ class Generator:
         )
         generator.model_name = name
         generator._folder = folder
+        generator.weights_key = weights_key
         return generator
 
     @classmethod
@@ -258,6 +277,7 @@ class Generator:
             {"path": str(path), "version": int(version)},
             timeout_s=self.timeout_s,
             api_key=self.api_key,
+            headers={WEIGHTS_KEY_HEADER: self.weights_key} if self.weights_key else None,
         )
         self.version = int(answer.get("accepted_version", version))
         self._files.append(path)

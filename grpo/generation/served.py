@@ -32,11 +32,23 @@ class GeneratorError(RuntimeError):
     """The generator apart from the trainer failed: unreachable, too slow, or it refused a request."""
 
 
+# the environment variable holding the key of a policy server's weights route (a run sets it for the
+# generator it starts and sends it with every push), and the header it travels in
+WEIGHTS_KEY_VAR = "GRPO_WEIGHTS_KEY"
+WEIGHTS_KEY_HEADER = "X-Grpo-Weights-Key"
+
+
 def call_server(
-    url: str, path: str, body: dict[str, Any] | None = None, *, timeout_s: float, api_key: str | None = None
+    url: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    timeout_s: float,
+    api_key: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """GET (no body) or POST a JSON body to `url + path`; the JSON answer ({} for an empty one),
-    or GeneratorError."""
+    """GET (no body) or POST a JSON body to `url + path` (with `headers`); the JSON answer ({} for
+    an empty one), or GeneratorError."""
     data = None if body is None else json.dumps(body).encode("utf-8")
     request = urllib.request.Request(
         url.rstrip("/") + path, data=data, method="GET" if data is None else "POST"
@@ -44,6 +56,8 @@ def call_server(
     request.add_header("Content-Type", "application/json")
     if api_key:
         request.add_header("Authorization", f"Bearer {api_key}")
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as reply:
             text = reply.read().decode("utf-8")

@@ -24,17 +24,22 @@ Counting:
   identifier is unsure of (a list of other names, a few keywords) is not counted either way.
 The reward is target words / counted words, in [0, 1]. A text with no countable word (empty,
 whitespace, only tags, names or numbers, not a string) scores 0.0: silence is no evidence of
-answering in the language, and a constant for a whole group changes no GRPO advantage. Never raises.
+answering in the language, and a constant for a whole group changes no GRPO advantage. So does a
+text that is no plausible answer in any language (`plausible_text`): bytes that are not text
+(control characters, U+FFFD), a soup of three or more writing systems (what a random model
+writes), one character or one word repeated. Never raises.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import unicodedata
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from grpo.languages.script import WORD_RES, foreign_letter_re, other_words_re, words_re
+from grpo.languages.script import OTHER, WORD_RES, foreign_letter_re, other_words_re, words_re
 from grpo.languages.spec import LanguageSpec
 
 log = logging.getLogger(__name__)
@@ -99,12 +104,65 @@ def consistency_counts(
     if not isinstance(text, str) or not text or spec.is_mix:
         return 0, 0
     text = strip_uncounted(text, ignore, tags)
+    if not plausible_text(text):
+        return 0, 0  # garbage: no evidence of any language, for or against
     if spec.needs_language_id:
         name_words = {
             w.casefold() for name in names if isinstance(name, str) for w in _LATIN_RE.findall(name)
         }
         return _latin_counts(text, spec, name_words, min_confidence)
     return _script_counts(text, spec.scripts)
+
+
+# bytes that are no text: C0 controls but tab / newline / carriage return, DEL, and U+FFFD (what a
+# byte-level tokenizer decodes from bytes that are not UTF-8)
+_NOT_TEXT_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
+# the writing systems a reader tells apart: Japanese writes Han and kana together, the others one
+# script each; letters of every other script (Greek, Hebrew, Armenian, Thai, ...) by their
+# Unicode script name
+_SYSTEMS = {
+    "Latin": ("Latin",),
+    "Cyrillic": ("Cyrillic",),
+    "Arabic": ("Arabic",),
+    "Devanagari": ("Devanagari",),
+    "Hangul": ("Hangul",),
+    "CJK": ("Han", "Hiragana", "Katakana"),
+}
+_SYSTEM_RES = {
+    name: re.compile("|".join(WORD_RES[s].pattern for s in scripts)) for name, scripts in _SYSTEMS.items()
+}
+_OTHER_LETTER_RE = WORD_RES[OTHER]
+# a writing system counts in a soup from this many letters (a lone Greek pi in a formula does not)
+SOUP_LETTERS = 3
+# systems that make a soup
+SOUP_SYSTEMS = 3
+_WORD_RE = re.compile(r"\w+")
+
+
+def plausible_text(text: str) -> bool:
+    """Whether `text` could be an answer in some language: False for bytes that are no text
+    (control characters, U+FFFD), a soup of SOUP_SYSTEMS or more writing systems with
+    SOUP_LETTERS letters each, one character making half of 8+ letters, or one word 60% of 5+
+    words. Real answers mix two systems at most (Japanese with an English name, Hindi with a
+    formula's x); a random model's bytes mix five or more."""
+    if _NOT_TEXT_RE.search(text):
+        return False
+    letters: dict[str, int] = {}
+    for name, pattern in _SYSTEM_RES.items():
+        count = sum(len(w) for w in pattern.findall(text))
+        if count:
+            letters[name] = count
+    for word in _OTHER_LETTER_RE.findall(text):
+        for ch in word:
+            system = unicodedata.name(ch, "OTHER").split(" ", 1)[0]
+            letters[system] = letters.get(system, 0) + 1
+    if sum(1 for n in letters.values() if n >= SOUP_LETTERS) >= SOUP_SYSTEMS:
+        return False
+    chars = [ch.casefold() for ch in text if ch.isalpha()]
+    if len(chars) >= 8 and max(Counter(chars).values()) * 2 >= len(chars):
+        return False
+    words = [w.casefold() for w in _WORD_RE.findall(text)]
+    return not (len(words) >= 5 and max(Counter(words).values()) * 5 >= 3 * len(words))
 
 
 def strip_uncounted(text: str, ignore: Iterable[str] = (), tags: Iterable[str] = ()) -> str:

@@ -17,21 +17,11 @@ from typing import Any
 
 from grpo.config import GrpoConfig, ModelConfig, RewardModelBackboneConfig
 from grpo.errors import UserError
+from grpo.models.loading import config_dtype
 
 
 class PlanSkipped(Exception):
     """The plan cannot be made for this run (its one line says why)."""
-
-
-def torch_dtype(name: str, fallback: str = "float32") -> Any:
-    """A `model.dtype` value as the torch dtype the loader uses ("auto": the checkpoint's, here
-    `fallback`)."""
-    import torch
-
-    from grpo.config import DTYPES
-
-    resolved = DTYPES[name.lower()]
-    return getattr(torch, fallback if resolved == "auto" else resolved)
 
 
 def with_random_weights(settings: GrpoConfig, preset: str) -> GrpoConfig:
@@ -50,26 +40,23 @@ def with_random_weights(settings: GrpoConfig, preset: str) -> GrpoConfig:
 
 
 def policy_config(model: ModelConfig) -> tuple[Any, Any]:
-    """(transformers config, torch dtype) of the policy, read without its weights."""
-    if model.source == "random":
-        from grpo.models.loading import load_tokenizer
-        from grpo.models.tiny import qwen3_config
+    """(transformers config, torch dtype) of the policy, read without its weights (grpo's loader:
+    grpo/models/loading.py); PlanSkipped when its config.json cannot be read here."""
+    from grpo.models.loading import model_config
 
-        dtype = torch_dtype(model.dtype)
-        return qwen3_config(model.architecture, load_tokenizer(model), dtype), dtype
-    config = _pretrained_config(str(model.path), "model.path", model.trust_remote_code)
-    fallback = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
-    return config, torch_dtype(model.dtype, fallback.removeprefix("torch."))
+    try:
+        return model_config(model)
+    except (UserError, OSError, ValueError) as ex:
+        raise PlanSkipped(
+            f"model.path={model.path!r}: its config.json cannot be read here ({_first_line(ex)})"
+        ) from None
 
 
 def _pretrained_config(path: str, field: str, trust_remote_code: bool) -> Any:
-    from transformers import AutoConfig
-
-    from grpo.models.loading import MODEL_FILES, checked_source
+    from grpo.models.loading import pretrained_config
 
     try:
-        target = checked_source(field, path, MODEL_FILES, "model")
-        return AutoConfig.from_pretrained(target, trust_remote_code=trust_remote_code)
+        return pretrained_config(path, field, trust_remote_code)
     except (UserError, OSError, ValueError) as ex:
         raise PlanSkipped(
             f"{field}={path!r}: its config.json cannot be read here ({_first_line(ex)})"
@@ -97,7 +84,7 @@ def backbone_config(backbone: RewardModelBackboneConfig) -> tuple[Any, Any]:
             str(backbone.path), "reward_model.backbone.path", backbone.trust_remote_code
         )
     config.num_labels = 1
-    return config, torch_dtype(backbone.dtype)
+    return config, config_dtype(backbone.dtype)
 
 
 def reward_model_configs(settings: GrpoConfig) -> list[tuple[Any, Any]]:
@@ -111,7 +98,7 @@ def reward_model_configs(settings: GrpoConfig) -> list[tuple[Any, Any]]:
     configs = []
     for i, path in enumerate(rm.checkpoints):
         config = _pretrained_config(str(path), f"reward_model.checkpoints[{i}]", False)
-        configs.append((config, torch_dtype("auto", str(getattr(config, "dtype", None) or "float32"))))
+        configs.append((config, config_dtype("auto", str(getattr(config, "dtype", None) or "float32"))))
     return configs
 
 

@@ -211,6 +211,40 @@ def run_device() -> str | None:
     return f"cuda:{int(os.environ.get('LOCAL_RANK', '0') or 0) % torch.cuda.device_count()}"
 
 
+def config_dtype(name: str, fallback: str = "float32") -> Any:
+    """A `model.dtype` value as the torch dtype the loader uses ("auto": the checkpoint's, here
+    `fallback`)."""
+    import torch
+
+    resolved = DTYPES[name.lower()]
+    return getattr(torch, fallback if resolved == "auto" else resolved)
+
+
+def pretrained_config(path: str, field: str, trust_remote_code: bool = False) -> Any:
+    """The transformers config of a checkpoint (a local dir, the hub cache or the hub), without its
+    weights; UserError (one line) when its config.json cannot be read."""
+    from transformers import AutoConfig
+
+    target = checked_source(field, path, MODEL_FILES, "model")
+    try:
+        return AutoConfig.from_pretrained(target, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as ex:
+        raise _load_error(field, path, ex) from ex
+
+
+def model_config(model_cfg: ModelConfig) -> tuple[Any, Any]:
+    """(transformers config, torch dtype) of the policy `model_cfg` loads, without its weights:
+    model.architecture (source=random, grpo's Qwen3 builder) or the checkpoint's config.json."""
+    if model_cfg.source == "random":
+        from grpo.models.tiny import qwen3_config
+
+        dtype = config_dtype(model_cfg.dtype)
+        return qwen3_config(model_cfg.architecture, load_tokenizer(model_cfg), dtype), dtype
+    config = pretrained_config(str(model_cfg.path), "model.path", model_cfg.trust_remote_code)
+    fallback = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "float32")
+    return config, config_dtype(model_cfg.dtype, fallback.removeprefix("torch."))
+
+
 def load_policy(
     model_cfg: ModelConfig, device: str | torch.device | None = "auto"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

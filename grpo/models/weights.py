@@ -135,6 +135,26 @@ def weights_identity(model: Any, tokenizer: Any) -> dict[str, str]:
     }
 
 
+def planned_identity(model_cfg: Any) -> dict[str, str]:
+    """{"architecture", "tokenizer"} of the policy `model_cfg` loads, without its weights: the
+    model is built on the meta device from its config (model.architecture, or the checkpoint's
+    config.json), in model.dtype; a LoRA adapter changes neither (a generator serves the merged
+    weights). What a generator at generation.base_url is checked against before anything loads."""
+    import torch
+
+    from grpo.models.loading import load_tokenizer, model_config
+
+    config, dtype = model_config(model_cfg)
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    shapes = [
+        (name, list(value.shape), str(value.dtype)) for name, value in sorted(model.state_dict().items())
+    ]
+    return {"architecture": _digest(shapes), "tokenizer": tokenizer_fingerprint(load_tokenizer(model_cfg))}
+
+
 def tokenizer_fingerprint(tokenizer: Any) -> str:
     """A digest of what maps text to ids: the vocabulary (added tokens included) and the special
     tokens' ids."""

@@ -181,15 +181,15 @@ def rubric_reward_funcs(
     """TRL reward functions and their weights for rubric functions (a Rubric: names are unique).
     A function that is already a batched TRL reward function (`fn.trl_batched`, e.g. a learned
     reward model) is passed through as is. `truncated_reward` (not None): what every function
-    scores a truncated completion (trainer.truncated_reward)."""
+    that counts (weight != 0) scores a truncated completion (trainer.truncated_reward); a weight-0
+    function is a metric, logged as it scores, as an evaluation scores it."""
     rubric = Rubric(list(funcs))
     adapters: list[Any] = []
     for f in rubric.funcs:
+        cut = truncated_reward if f.weight else None  # a metric is not a reward: never rewritten
         if getattr(f.fn, "trl_batched", False):
-            adapters.append(f.fn if truncated_reward is None else TruncatedScore(f.fn, truncated_reward))
+            adapters.append(f.fn if cut is None else TruncatedScore(f.fn, cut))
         else:
             first = not any(isinstance(a, RubricReward) for a in adapters)
-            adapters.append(
-                RubricReward(f, rubric.errors, table_columns=first, truncated_reward=truncated_reward)
-            )
+            adapters.append(RubricReward(f, rubric.errors, table_columns=first, truncated_reward=cut))
     return adapters, [float(f.weight) for f in rubric.funcs]

@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo.config import GrpoConfig, ModelConfig
+from grpo.config import GrpoConfig, LanguageConfig, ModelConfig
 from grpo.errors import UserError
 from grpo.run.checkpoints import best_checkpoint, checkpoint_step, checkpoints_of, latest_complete
 from grpo.run.layout import SFT_META_FILE, RunLayout
@@ -151,6 +151,23 @@ def saved_model(run_dir: Path) -> ModelConfig:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), node))
     except Exception as ex:  # noqa: BLE001 - a damaged or foreign config: said in one line
         raise UserError(f"{layout.saved_config}: cannot read the run's model settings ({ex})") from None
+
+
+def saved_env(run_dir: Path) -> tuple[dict, LanguageConfig] | None:
+    """The env and language settings a run ran with (its saved config: the env group as a dict,
+    the language as a LanguageConfig); None when the folder has no readable saved config."""
+    from omegaconf import OmegaConf
+
+    from grpo.files import register_resolvers
+
+    register_resolvers()
+    try:
+        saved = OmegaConf.load(RunLayout(run_dir).saved_config)
+        env = OmegaConf.to_container(saved.env, resolve=True)
+        language = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LanguageConfig), saved.language))
+    except Exception:  # noqa: BLE001 - no example request is not worth failing the server for
+        return None
+    return (env, language) if isinstance(env, dict) else None
 
 
 def is_adapter(checkpoint: Path) -> bool:

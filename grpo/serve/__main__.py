@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from grpo.errors import UserError, fail
 
@@ -50,6 +51,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"tokens: {server.url}/inference/v1/generate; Ctrl-C stops",
         flush=True,
     )
+    example = getattr(server, "example_request", None)
+    if example:
+        print(f"grpo.serve: the run's env asks in its own format; a request it knows: {example}", flush=True)
     stop.wait()
     server.stop()
     n = server.requests
@@ -122,11 +126,46 @@ def _start(overrides: list[str]):
     # a run folder's checkpoint: the id of the model the run trained (its saved model.name)
     trained_name = saved_model(trained.run_dir).name if trained is not None else None
     name = cfg.model_name or trained_name or settings.model.name or "grpo-policy"
+    from grpo.generation.served import WEIGHTS_KEY_VAR
+
     server = PolicyServer(
-        backend, model_name=str(name), host=cfg.host, port=int(cfg.port), api_key=key, limits=limits
+        backend,
+        model_name=str(name),
+        host=cfg.host,
+        port=int(cfg.port),
+        api_key=key,
+        limits=limits,
+        # a training run's generator (or one started for runs): their key opens the weights route
+        weights_key=os.environ.get(WEIGHTS_KEY_VAR),
     ).start()
     server.parent_pid = None if cfg.parent_pid is None else int(cfg.parent_pid)
+    if trained is not None:
+        server.example_request = _example_request(
+            trained.run_dir, str(name), settings.generation.max_tokens_per_turn
+        )
     return server
+
+
+def _example_request(run_dir: Path, model: str, max_tokens: int) -> str | None:
+    """A chat request in the served run's env's own prompt format (its first eval row's prompt),
+    as JSON: the model knows its env's prompts, not free-form text. None when the run's env
+    cannot be rebuilt here."""
+    import json
+
+    from grpo.run.trained import saved_env
+
+    saved = saved_env(run_dir)
+    if saved is None:
+        return None
+    try:
+        from grpo.envs import build_env
+
+        env_cfg, language = saved
+        row = build_env(env_cfg, language).rows("eval", 1)[0]
+    except Exception:  # noqa: BLE001 - an env that needs what is not here: no example, said by its absence
+        return None
+    body = {"model": model, "messages": [dict(m) for m in row.prompt], "max_tokens": int(max_tokens)}
+    return json.dumps(body, ensure_ascii=False)
 
 
 def _alive(pid: int) -> bool:
@@ -157,4 +196,7 @@ def _positive(key: str, value: int) -> int:
 
 
 if __name__ == "__main__":
+    from grpo.errors import quiet_closed_pipe
+
+    quiet_closed_pipe()
     main()

@@ -316,6 +316,13 @@ def chat_response(
     }
 
 
+def complete_text(text: str) -> str:
+    """A reply's text without U+FFFD: a byte-level tokenizer decodes bytes that are not complete
+    UTF-8 (a character whose bytes a token limit cut, or invalid bytes a weak model wrote) as the
+    replacement character; the server drops them instead of returning it."""
+    return text.replace("\ufffd", "")
+
+
 def cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     """The text before the first stop string, and whether one was found."""
     cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)

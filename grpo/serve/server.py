@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from grpo.errors import UserError
+from grpo.generation.served import WEIGHTS_KEY_HEADER, WEIGHTS_KEY_VAR
 from grpo.serve.batcher import Batcher
 from grpo.serve.protocol import (
     BadRequest,
@@ -35,6 +36,7 @@ from grpo.serve.protocol import (
     batch_response,
     chat_job,
     chat_response,
+    complete_text,
     cut_at_stop,
     generate_job,
     generate_response,
@@ -70,6 +72,7 @@ class PolicyServer:
         limits: ServeLimits | None = None,
         request_timeout_s: float | None = 600.0,
         expected_requests: Any = None,
+        weights_key: str | None = None,
     ):
         if not getattr(backend, "token_level", False):
             raise UserError("the policy server needs a token-level generation backend (generation=hf)")
@@ -82,6 +85,9 @@ class PolicyServer:
         self.model_name = model_name
         self.host, self.port = host, int(port)
         self.api_key = api_key
+        # the key a trainer sends with new weights (X-Grpo-Weights-Key): only a server started by a
+        # training run (or for runs, with their key) has one; without it /grpo/v1/weights is refused
+        self.weights_key = weights_key or None
         self.limits = limits or ServeLimits()
         self.request_timeout_s = request_timeout_s
         # () -> how many requests its owner expects outstanding (the batcher waits for them)
@@ -156,7 +162,7 @@ class PolicyServer:
     def chat(self, data: dict[str, Any]) -> dict[str, Any]:
         job = chat_job(data, self.limits, self.encode_chat)
         self._submit(job)
-        text = self.backend.decode(job.result.token_ids, skip_special_tokens=True)
+        text = complete_text(self.backend.decode(job.result.token_ids, skip_special_tokens=True))
         finished = bool(job.result.finished)
         if job.stop_strings:
             text, hit = cut_at_stop(text, job.stop_strings)
@@ -306,9 +312,26 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/grpo/v1/generate_batch":
             return self.policy.generate_batch(data)
         if path == "/grpo/v1/weights":
+            self._check_weights_key()
             self._status = 202
             return self.policy.offer_weights(data)
         raise BadRequest(404, f"no route POST {path}")
+
+    def _check_weights_key(self) -> None:
+        """Only the training run that owns this server swaps its weights (see PolicyServer)."""
+        expected = self.policy.weights_key
+        if expected is None:
+            raise BadRequest(
+                403,
+                f"this server takes no weights: it was not started by a training run (a run's generator is "
+                f"started with {WEIGHTS_KEY_VAR} set, the trainer sends the same key)",
+            )
+        sent = self.headers.get(WEIGHTS_KEY_HEADER) or ""
+        if not hmac.compare_digest(sent, expected):
+            raise BadRequest(
+                403,
+                f"wrong or missing {WEIGHTS_KEY_HEADER}: only the run that owns this server sends weights",
+            )
 
     def _check_key(self) -> None:
         if not self.policy.authorized(self.headers.get("Authorization")):

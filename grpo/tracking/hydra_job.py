@@ -5,7 +5,10 @@ Light module (no mlflow): the sweep callback and the tracker both read it.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,15 +51,32 @@ class SweepInfo:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
+# the job of a run started through the Python API (grpo/api.py), where Hydra's app is not running
+_api_job: contextvars.ContextVar[JobInfo | None] = contextvars.ContextVar("grpo_api_job", default=None)
+
+
+@contextlib.contextmanager
+def job_context(job: JobInfo | None) -> Iterator[None]:
+    """`current_job()` is `job` in this block when Hydra's app is not running (a run or a sweep
+    job of the Python API); None changes nothing."""
+    token = _api_job.set(job) if job is not None else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _api_job.reset(token)
+
+
 def current_job() -> JobInfo | None:
-    """The running Hydra job, or None when Hydra is not running (code called directly)."""
+    """The running Hydra job; else the Python API's job (`job_context`); None when neither (code
+    called directly)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     from hydra.utils import to_absolute_path
     from omegaconf import OmegaConf
 
     if not HydraConfig.initialized():
-        return None
+        return _api_job.get()
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     choices = OmegaConf.to_container(hc.runtime.choices, resolve=True) if hc.runtime.choices else {}

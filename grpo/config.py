@@ -39,6 +39,7 @@ DTYPES = {
 # our optimizer name -> transformers `optim`
 OPTIMIZERS = {"adamw": "adamw_torch", "sgd": "sgd", "adafactor": "adafactor", "adamw_8bit": "adamw_bnb_8bit"}
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo")
+COLLAPSE_ACTIONS = ("rollback", "stop", "none")
 SCALE_REWARDS = ("group", "batch", "none")
 # transformers.SchedulerType values (kept literal so that validation imports no transformers;
 # tests/test_validation.py checks the list against the installed transformers)
@@ -423,6 +424,14 @@ class TrainerConfig:
     val_rollouts_per_example: int = 2
     # keep the checkpoint with the best validation reward (marked; save_total_limit never deletes it)
     keep_best: bool = False
+    # a collapse (loss, KL, reward, truncated / wrong-language / repeated shares jumping together,
+    # grpo/train/collapse.py): rollback = back to the last calm policy and on at a lower lr; stop =
+    # back to it and stop there; none = say so and go on (the run ends on its last policy)
+    on_collapse: str = "rollback"
+    # rollback's remedy: the learning rate times this at each rollback
+    collapse_lr_factor: float = 0.5
+    # rollbacks before a further collapse stops the run (as on_collapse=stop)
+    collapse_max_rollbacks: int = 2
     # any other trl.GRPOConfig field, as is, e.g. {top_entropy_quantile: 0.2, importance_sampling_level: sequence}
     extra: dict[str, Any] = field(default_factory=dict)
 

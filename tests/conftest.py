@@ -40,6 +40,10 @@ HEAVY_FIRST = (
     "test_envs_verifiers_v1.py",
     "test_evaluate_run.py",
     "test_examples.py",
+    "test_models.py",
+    "test_memory_plan.py",
+    "test_collapse.py",
+    "test_api.py",
 )
 _missing = [name for name in HEAVY_FIRST if not (Path(__file__).parent / name).is_file()]
 assert not _missing, f"tests/conftest.py HEAVY_FIRST names files that are gone: {_missing}"
@@ -53,3 +57,12 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FIRST)))  # stable: in-file order kept
+
+
+@pytest.fixture
+def in_process_root(tmp_path, monkeypatch):
+    """The output root of runs started in this process (grpo.run / grpo.compose): a folder of the
+    test's own, offline."""
+    monkeypatch.setenv("GRPO_OUTPUT_ROOT", str(tmp_path / "out"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path / "out"

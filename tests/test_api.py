@@ -35,10 +35,8 @@ QUICK = [
 
 
 @pytest.fixture
-def root(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRPO_OUTPUT_ROOT", str(tmp_path / "out"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return tmp_path / "out"
+def root(in_process_root):
+    return in_process_root
 
 
 def test_compose_raises_the_line_the_command_prints(root):

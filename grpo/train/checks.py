@@ -12,6 +12,7 @@ import importlib.util
 from typing import Any
 
 from grpo.config import (
+    COLLAPSE_ACTIONS,
     LOSS_TYPES,
     LR_SCHEDULERS,
     OPTIMIZERS,
@@ -71,6 +72,15 @@ def check_trainer(t: TrainerConfig) -> None:
             "trainer.keep_best=true needs validation to rank checkpoints: set trainer.eval_steps=N "
             "(optimizer steps between validations)"
         )
+    if t.on_collapse not in COLLAPSE_ACTIONS:
+        reject(f"trainer.on_collapse='{t.on_collapse}' is not one of {', '.join(COLLAPSE_ACTIONS)}")
+    if not 0 < t.collapse_lr_factor <= 1:
+        reject(
+            f"trainer.collapse_lr_factor={t.collapse_lr_factor} must be in (0, 1]: the learning rate is "
+            "multiplied by it at each rollback (0.5 halves it)"
+        )
+    if t.collapse_max_rollbacks < 0:
+        reject(f"trainer.collapse_max_rollbacks={t.collapse_max_rollbacks} must be >= 0")
     if t.extra.get("sync_ref_model") and t.beta == 0:
         reject(
             "trainer.extra.sync_ref_model=true has no reference model to sync with trainer.beta=0: set "

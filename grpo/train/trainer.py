@@ -85,6 +85,8 @@ class TrainResult:
     best: BestCheckpoint | None = None
     # trained under ZeRO-3 or FSDP: each process holds a shard of `model` (no in-process evaluation)
     sharded: bool = False
+    # the collapses the watch saw (grpo/train/collapse.py), each its printed line, in order
+    collapses: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -101,6 +103,8 @@ class TrainerBundle:
     validation: Any = None
     # generation.num_batches_ahead > 0: the rollout function that generates ahead (grpo/train/ahead.py)
     ahead: Any = None
+    # the collapse watch (grpo/train/collapse.py)
+    collapse: Any = None
 
 
 def build_trainer(
@@ -193,6 +197,10 @@ def build_trainer(
             settings, env, rewards.learned, run_dir, rollout.policy_backend, tracker.log_metrics,
             resumed=resume.rounds if resume_from is not None else None,
         )  # fmt: skip
+    from grpo.train.collapse import collapse_callback
+
+    # the collapse watch runs under every setting (on_collapse=none: the line and the event only)
+    collapse = collapse_callback(settings, run_dir, tracker.log_metrics, world_size())
     table = tracker.completions_callback()
     own_callbacks = [
         printer,
@@ -201,6 +209,7 @@ def build_trainer(
         *callbacks,
         *([rounds] if rounds else []),
         *([validation] if validation else []),
+        collapse,
     ]
     try:
         trainer = make_trainer(
@@ -225,10 +234,12 @@ def build_trainer(
         elif generator is not None:
             generator.close()
         raise
-    for needs_trainer in (validation, table, rounds):
+    for needs_trainer in (validation, table, rounds, collapse):
         if needs_trainer is not None:
             needs_trainer.trainer = trainer
-    return TrainerBundle(trainer, rollout, printer, tokenizer, resume_from, output_dir, validation, ahead)
+    return TrainerBundle(
+        trainer, rollout, printer, tokenizer, resume_from, output_dir, validation, ahead, collapse
+    )
 
 
 def train(
@@ -302,6 +313,7 @@ def train(
         val_rewards=dict(bundle.validation.rewards) if bundle.validation is not None else {},
         best=best_checkpoint(bundle.output_dir) if settings.trainer.keep_best else None,
         sharded=is_sharded(trainer),
+        collapses=[c.line for c in bundle.collapse.collapses] if bundle.collapse is not None else [],
     )
 
 

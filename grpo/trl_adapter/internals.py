@@ -9,6 +9,12 @@ GRPOTrainer attributes:
   grpo's completions table reads it (`completions_record`);
 - `_log_metric`: its metric log, averaged over the processes and logged with its own metrics at the
   step (`metric_logger`; the rollout function's monitors go through it);
+- `_metrics["train"]`: name -> the values recorded since its last log (one per generation batch for
+  the reward, the monitors and `rewards/...`; one per micro-batch for `policy_loss` and `kl`), which
+  it averages and clears at each log: read per optimizer step by the collapse watch
+  (`StepMetrics`), whatever trainer.logging_steps is;
+- `compute_loss`: wrapped on the instance (`record_losses`) so that each micro-batch's training loss
+  is kept for the collapse watch (TRL records its policy loss only with an entropy bonus);
 - `vllm_generation` (TRL's VLLMGeneration) and `_last_loaded_step`: the vLLM engine and the step
   its weights were last synced at (`vllm_engine`, `sync_vllm_weights`, `sync_vllm_weights_once_per_step`);
 - `use_vllm` with `vllm_generation.sync_weights()`: TRL's importance-sampling correction of rollouts
@@ -68,6 +74,8 @@ ROLLOUT_FUNC_READS = (
 TRAINER_ATTRIBUTES = (
     "_logs",
     "_log_metric",
+    "_metrics",
+    "compute_loss",
     "reward_func_names",
     "reward_weights",
     "_get_train_sampler",
@@ -144,6 +152,50 @@ def metric_logger(trainer: Any) -> Callable[[str, float], None] | None:
     """`log(name, value)` into the trainer's own metrics (`trainer._log_metric`: averaged over the
     processes, logged with TRL's metrics at the step); None when this TRL version has none."""
     return getattr(trainer, "_log_metric", None)
+
+
+class StepMetrics:
+    """The trainer's metrics of each optimizer step, whatever its logging interval: `take(trainer)`
+    returns name -> the mean of the values TRL recorded since the previous call (an empty dict where
+    this TRL records none). TRL clears its record at each log (its lists are then new objects)."""
+
+    def __init__(self) -> None:
+        # name -> (the list object read last time, how many of its values were read)
+        self.seen: dict[str, tuple[list[Any], int]] = {}
+
+    def take(self, trainer: Any) -> dict[str, float]:
+        record = (getattr(trainer, "_metrics", None) or {}).get("train") or {}
+        out: dict[str, float] = {}
+        seen: dict[str, tuple[list[Any], int]] = {}
+        for name, values in list(record.items()):
+            if not isinstance(values, list):
+                continue
+            last, read = self.seen.get(name, (None, 0))
+            start = read if last is values and read <= len(values) else 0
+            new = [
+                float(v) for v in values[start:] if isinstance(v, (int, float)) and not isinstance(v, bool)
+            ]
+            seen[name] = (values, len(values))
+            if new:
+                out[name] = sum(new) / len(new)
+        self.seen = seen
+        return out
+
+
+def record_losses(trainer: Any) -> list[float]:
+    """A list that every training micro-batch's loss (TRL's compute_loss) is appended to from now
+    on: `trainer.compute_loss` wrapped on the instance. The caller empties it as it reads."""
+    losses: list[float] = []
+    compute = trainer.compute_loss
+
+    def compute_loss(*args: Any, **kwargs: Any) -> Any:
+        loss = compute(*args, **kwargs)
+        if getattr(trainer.model, "training", True):
+            losses.append(float(loss.detach()))
+        return loss
+
+    trainer.compute_loss = compute_loss
+    return losses
 
 
 def reward_metric_logger(reward_kwargs: Mapping[str, Any]) -> Callable[[str, float], None] | None:

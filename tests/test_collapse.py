@@ -1,0 +1,193 @@
+"""The collapse watch (grpo/train/collapse.py): its rule on step signals, then real GRPO runs of the
+CPU recipe (+experiment=alphabet_sort_cpu: the small warm-started model) made to collapse with 10x
+the recipe's learning rate, under each trainer.on_collapse, and its silence at the recipe's own lr."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from grpo import compose, run
+from grpo.files import ASSETS_DIR
+from grpo.train.collapse import WARMUP, CollapseWatch, describe, step_signals
+
+# ---- the rule ------------------------------------------------------------------------------------
+
+
+def calm_steps(watch: CollapseWatch, n: int, start: int = 1) -> None:
+    for i in range(n):
+        # a healthy run: a noisy reward, a loss near 0, now and then a completion in another language
+        signals = {
+            "reward": 0.5 + 0.03 * ((-1) ** i),
+            "loss": 1e-4 * (i % 3),
+            "wrong_language": 0.03 * (i % 2),
+        }
+        assert watch.update(start + i, signals) is None
+        assert watch.calm
+
+
+def test_two_kinds_jumping_together_are_a_collapse_one_alone_is_not():
+    watch = CollapseWatch()
+    calm_steps(watch, 8)
+    # one kind alone, once: a hard batch
+    assert watch.update(9, {"reward": 0.30, "loss": 0.0, "wrong_language": 0.0}) is None and not watch.calm
+    calm_steps(watch, 3, start=10)
+    # the loss leaves its scale and the wrong-language share jumps in the same step
+    found = watch.update(13, {"reward": 0.5, "loss": -0.03, "wrong_language": 0.40})
+    assert found is not None and set(found.moved) == {"loss", "wrong_language"} and found.kinds == 2
+    assert re.fullmatch(r"loss 0\.0001 -> -0\.03, wrong-lang 1% -> 40%", describe(found)), describe(found)
+    # reported once: the breakdown going on is not a second collapse until a calm step
+    assert watch.update(14, {"reward": 0.2, "loss": -0.05, "wrong_language": 0.6}) is None
+
+
+def test_the_loss_of_a_batch_with_cut_completions_is_not_a_signal():
+    """Cut completions are masked out of the loss, which then leaves its scale by construction (a
+    healthy run measured -0.05 for one cut completion of 32): the cut share speaks, the loss not."""
+    watch = CollapseWatch()
+    calm_steps(watch, 8)
+    assert watch.update(9, {"reward": 0.5, "loss": -0.05, "truncated": 0.03, "wrong_language": 0.0}) is None
+    assert watch.calm
+
+
+def test_a_kind_in_one_language_with_another_in_the_next_step_is_a_collapse():
+    watch = CollapseWatch()
+    for step in range(1, 9):
+        assert watch.update(step, {"truncated/ja": 0.0, "wrong_language/ja": 0.02 * (step % 2)}) is None
+    # one cut completion of a group of 8 in a language is no jump: its floor is 2.5 x the batch's
+    assert watch.update(9, {"truncated/ja": 0.125, "wrong_language/ja": 0.0}) is None and watch.calm
+    assert watch.update(10, {"truncated/ja": 0.0, "wrong_language/ja": 0.375}) is None  # one kind
+    found = watch.update(11, {"truncated/ja": 0.5, "wrong_language/ja": 0.4})
+    assert found is not None and {"truncated/ja", "wrong_language/ja"} <= set(found.moved)
+    assert "ja cut 1% -> 50%" in describe(found) and "ja wrong-lang 1% -> 40%" in describe(found)
+    # a language's reward is not judged: a group or two a step is noise
+    assert watch.update(12, {"reward/ja": 0.0}) is None
+
+
+def test_a_fall_that_lasts_is_a_collapse_from_the_first_steps():
+    """A too-high lr breaks the policy before any signal has WARMUP steps of past: the whole
+    batch's reward falling three steps in a row by more than 3x its floor is enough."""
+    watch = CollapseWatch()
+    assert watch.update(1, {"reward": 0.67}) is None
+    assert watch.update(2, {"reward": 0.27}) is None
+    assert watch.update(3, {"reward": 0.21}) is None
+    found = watch.update(4, {"reward": 0.08})
+    assert found is not None and found.step == 4 and 4 < WARMUP + 1
+
+
+def test_a_language_needs_a_past_before_it_can_jump():
+    """Per-language signals come from a few groups a step: no early jumps."""
+    watch = CollapseWatch()
+    watch.update(1, {"reward/zh": 0.9, "truncated/zh": 0.0})
+    assert watch.update(2, {"reward/zh": 0.0, "truncated/zh": 1.0}) is None and watch.calm
+
+
+def test_step_signals_read_trls_names_and_grpos_monitors():
+    metrics = {
+        "loss": -0.02, "kl": 0.1, "reward": 0.4, "monitor/truncated": 0.1, "monitor/truncated/ja": 0.4,
+        "monitor/wrong_language/zh": 0.2, "monitor/repetition": 0.01,
+        "rewards/alphabet_sort_reward/mean": 0.4, "rewards/alphabet_sort_reward/ja/mean": 0.2,
+        "rewards/language_consistency/ja/mean": 0.9, "completions/mean_length": 40.0, "kl_nan": float("nan"),
+    }  # fmt: skip
+    assert step_signals(metrics) == {
+        "loss": -0.02, "kl": 0.1, "reward": 0.4, "truncated": 0.1, "truncated/ja": 0.4,
+        "wrong_language/zh": 0.2, "repetition": 0.01,
+    }  # fmt: skip
+
+
+# ---- real runs -----------------------------------------------------------------------------------
+
+# the CPU recipe's GRPO stage alone, 2 prompts x 8 completions a step (the recipe: 4 x 8), one log
+# line per step, no validation
+RECIPE = [
+    "+experiment=alphabet_sort_cpu",
+    "stages=[train]",
+    "trainer.per_device_batch_completions=16",
+    "tracking=none",
+    "trainer.eval_steps=0",
+    "trainer.keep_best=false",
+    "trainer.logging_steps=1",
+    "trainer.save_steps=100",
+]
+# 10x the recipe's optimizer.lr (2e-4)
+TOO_HIGH = "optimizer.lr=2e-3"
+COLLAPSE = re.compile(r"^\[train\] collapse at step (\d+): (.+?); (.+)$", re.M)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture
+def root(in_process_root):
+    return in_process_root
+
+
+def _record(run_dir):
+    return [json.loads(line) for line in (run_dir / "collapse.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_the_default_rolls_back_to_the_last_calm_policy_at_a_lower_lr_and_finishes(root, capsys):
+    result = run(compose([*RECIPE, TOO_HIGH, "trainer.max_steps=9"]))
+    out = capsys.readouterr().out
+    found = COLLAPSE.findall(out)
+    assert found, out[-3000:]
+    step, what, action = found[0]
+    assert 2 <= int(step) <= 6, out[-3000:]  # caught within a few steps of the breakdown
+    back = re.fullmatch(
+        r"rolled back to the policy of step (\d+) \(rollback 1 of 2\), optimizer moments reset, "
+        r"lr 0\.002 -> 0\.001; trainer\.on_collapse=none keeps going instead",
+        action,
+    )
+    assert back and int(back[1]) < int(step), action
+    # the run went on: to its last step, or stopped by a later collapse after the rollbacks
+    assert result.step == 9 or "after 2 rollbacks: stopped" in out, out[-2000:]
+    record = _record(result.run_dir)
+    assert [r["step"] for r in record] == list(range(1, result.step + 1))
+    assert [r["step"] for r in record if "collapse" in r][0] == int(step)
+    assert result.collapses[0] == f"[train] collapse at step {step}: {what}; {action}"
+
+
+@pytest.mark.slow
+def test_stop_hands_on_the_last_calm_policy(root, capsys):
+    result = run(compose([*RECIPE, TOO_HIGH, "trainer.max_steps=9", "trainer.on_collapse=stop"]))
+    out = capsys.readouterr().out
+    (found,) = COLLAPSE.findall(out)
+    step, _, action = found
+    back = re.fullmatch(
+        r"trainer\.on_collapse=stop: stopped, the policy back to the one of step (\d+), which the "
+        r"run's final checkpoint and evaluation take",
+        action,
+    )
+    assert back, action
+    # it stopped at the collapse, with a checkpoint of the policy it went back to
+    assert result.step == int(step) < 9
+    assert result.final_checkpoint.name == f"checkpoint-{step}"
+    saved = load_file(result.final_checkpoint / "model.safetensors")
+    if int(back[1]) == 0:  # back to the start: the recipe's warm start, weight for weight
+        start = load_file(ASSETS_DIR / "small_alphabet_sort_sft" / "model.safetensors")
+        assert saved.keys() == start.keys()
+        assert all(torch.equal(saved[k], start[k].to(saved[k].dtype)) for k in saved)
+
+
+@pytest.mark.slow
+def test_none_says_so_and_goes_on_and_the_recipes_lr_is_silent(root, capsys):
+    collapsed = run(compose([*RECIPE, TOO_HIGH, "trainer.max_steps=7", "trainer.on_collapse=none"]))
+    out = capsys.readouterr().out
+    found = COLLAPSE.findall(out)
+    assert found and all(
+        a == "trainer.on_collapse=none: training goes on (rollback or stop would undo it)"
+        for _, _, a in found
+    ), out[-3000:]
+    assert collapsed.step == 7
+    # the recipe's own lr: a healthy run, not a word from the watch
+    healthy = run(compose([*RECIPE, "trainer.max_steps=7"]))
+    out = capsys.readouterr().out
+    assert "collapse" not in out, out[-3000:]
+    record = _record(healthy.run_dir)
+    assert healthy.step == 7 and not any("collapse" in r for r in record)
+    # each step's own signals: TRL's record of the step and the loss of its micro-batches
+    assert all({"loss", "reward", "truncated", "repetition"} <= set(r) for r in record), record[:2]
+    assert len({r["reward"] for r in record}) > 1

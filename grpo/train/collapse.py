@@ -249,7 +249,6 @@ def collapse_callback(
             self.spare: list[list[Any]] = []
             self.good = 0  # the newest step whose weights a calm batch vouched for
             self.rollbacks = 0
-            self.lr_factor = 1.0
             self.collapses: list[Collapse] = []
             self.can_restore = world_size == 1
             self.ignore_until = -1
@@ -355,18 +354,17 @@ def collapse_callback(
             if action == "rollback" and self.rollbacks < int(t.collapse_max_rollbacks):
                 back = self._restore(model)
                 self.rollbacks += 1
-                old = self.lr_factor
-                self.lr_factor *= float(t.collapse_lr_factor)
-                _scale_lr(kwargs.get("optimizer"), kwargs.get("lr_scheduler"), float(t.collapse_lr_factor))
+                before, after = _scale_lr(
+                    kwargs.get("optimizer"), kwargs.get("lr_scheduler"), float(t.collapse_lr_factor)
+                )
                 # the signals' calm past stays (jumps never enter it); batches already sampled by
                 # the collapsed policy (generation ahead) are not judged
                 self.watch.previous, self.watch.streak, self.watch.active = {}, {}, False
                 self.ignore_until = collapse.step + lag
-                lr = float(settings.optimizer.lr)
                 return (
                     head + f"; rolled back to the policy of step {back} (rollback {self.rollbacks} of "
-                    f"{t.collapse_max_rollbacks}), optimizer moments reset, lr {lr * old:.3g} -> "
-                    f"{lr * self.lr_factor:.3g}; trainer.on_collapse=none keeps going instead"
+                    f"{t.collapse_max_rollbacks}), optimizer moments reset, lr {before:.3g} -> "
+                    f"{after:.3g}; trainer.on_collapse=none keeps going instead"
                 )
             back = self._restore(model)
             control.should_training_stop = True
@@ -391,16 +389,23 @@ def collapse_callback(
     return CollapseCallback()
 
 
-def _scale_lr(optimizer: Any, scheduler: Any, factor: float) -> None:
+def _scale_lr(optimizer: Any, scheduler: Any, factor: float) -> tuple[float, float]:
     """The learning rate times `factor` from now on, and the optimizer's moments reset: the param
-    groups' lr, and the scheduler's base lrs it recomputes them from at each step."""
+    groups' lr, and the scheduler's base lrs it recomputes them from at each step (both saved in a
+    checkpoint, so a resumed run keeps the lower lr). Returns the peak lr before and after (the
+    scheduler's first base lr, else the first group's lr; nan without either)."""
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate's wrappers hold torch's
     scheduler = getattr(scheduler, "scheduler", scheduler)
+    before = math.nan
+    if scheduler is not None and getattr(scheduler, "base_lrs", None):
+        before = float(scheduler.base_lrs[0])
+        scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
     if inner is not None:
+        if math.isnan(before) and inner.param_groups:
+            before = float(inner.param_groups[0]["lr"])
         for group in inner.param_groups:
             group["lr"] *= factor
             if "initial_lr" in group:
                 group["initial_lr"] *= factor
         inner.state.clear()
-    if scheduler is not None and hasattr(scheduler, "base_lrs"):
-        scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
+    return before, before * factor

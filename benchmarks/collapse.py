@@ -19,8 +19,9 @@ Per run it reports:
     python benchmarks/collapse.py [--seeds=6] [--mix=en,fr,es,zh,ja] [--sft=PATH] [--json=PATH]
         [--eval-rows=250] [overrides ...]
 
-Several mixes: run one process per mix (--mix), each with --json; `--summary=a.json,b.json,...`
-then prints the table over all of them. Last line: `worse_share: X` (runs worse than the SFT model
+Several mixes: run one process per mix (--mix), each with --json (written again after every
+seed, so a stopped run keeps what it measured); `--summary=a.json,b.json,...` then prints the
+table over all of them, replaying the watch of this checkout over the recorded steps. Last line: `worse_share: X` (runs worse than the SFT model
 by more than 2 SE in some language / runs). GRPO_BENCH_THREADS=N sets torch's threads.
 """
 
@@ -70,7 +71,9 @@ def replay(trajectory: list[dict[str, Any]]) -> list[int]:
     return fired
 
 
-def run_mix(mix: str, seeds: int, options: dict[str, str], overrides: list[str]) -> dict[str, Any]:
+def run_mix(
+    mix: str, seeds: int, options: dict[str, str], overrides: list[str], save: Any = None
+) -> dict[str, Any]:
     start = time.perf_counter()
     rows = int(options.get("eval-rows", 250))
     bench = Bench([*COMMON, f"language.members=[{mix}]", f"eval.num_examples={rows}", *overrides])
@@ -102,12 +105,20 @@ def run_mix(mix: str, seeds: int, options: dict[str, str], overrides: list[str])
                 "trajectory": trajectory, "seconds": arm.seconds,
             }
         )  # fmt: skip
+        if save is not None:  # what is measured so far survives a stopped benchmark
+            save(result(mix, bench, sft, codes, runs, start))
         print(
             f"[bench] {mix} seed {seed}: all {gains['all'][0]:+.4f} ({gains['all'][1]:.4f}); "
             f"worse in {worse or 'none'}; cut over SFT+5 in {over or 'none'}; "
             f"{len(arm.collapses)} collapse(s) live, replay fires at {replay(trajectory) or 'no step'}",
             flush=True,
         )
+    return result(mix, bench, sft, codes, runs, start)
+
+
+def result(
+    mix: str, bench: Bench, sft: Any, codes: list[str], runs: list[dict], start: float
+) -> dict[str, Any]:
     return {
         "mix": mix, "sft": {c: mean_of(sft.rewards, [c == "all" or x == c for x in bench.languages])
                             for c in ["all", *codes]},
@@ -167,10 +178,15 @@ def main(argv: list[str]) -> None:
         summary(results)
         return
     mix = options.get("mix", "en,fr,es,zh,ja")
-    result = run_mix(mix, int(options.get("seeds", 6)), options, overrides)
-    if "json" in options:
-        Path(options["json"]).write_text(json.dumps(result), encoding="utf-8")
-    summary([result])
+    out = Path(options["json"]) if "json" in options else None
+
+    def save(measured: dict[str, Any]) -> None:
+        if out is not None:
+            out.write_text(json.dumps(measured), encoding="utf-8")
+
+    measured = run_mix(mix, int(options.get("seeds", 6)), options, overrides, save)
+    save(measured)
+    summary([measured])
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def test_step_signals_read_trls_names_and_grpos_monitors():
     }  # fmt: skip
     assert step_signals(metrics) == {
         "loss": -0.02, "kl": 0.1, "reward": 0.4, "truncated": 0.1, "truncated/ja": 0.4,
-        "wrong_language/zh": 0.2, "repetition": 0.01,
+        "wrong_language/zh": 0.2, "repetition": 0.01, "reward/ja": 0.2,
     }  # fmt: skip
 
 

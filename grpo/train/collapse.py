@@ -7,8 +7,8 @@ languages, for each language:
 
     loss            the training loss of the step's micro-batches (TRL's compute_loss; all only)
     kl              the KL to the reference model (all only; logged when trainer.beta > 0)
-    reward          the batch's reward (all only: a language's reward over the group or two it
-                    has a step swings by 0.5 in a healthy run)
+    reward          the batch's reward (judged for the batch only: a language's reward over the
+                    group or two it has a step swings by 0.5 in a healthy run; recorded per language)
     truncated       the share of completions cut by a token limit       (grpo/train/monitors.py)
     wrong_language  the share of completions in another language        (non-English runs)
     repetition      the mean share of repeated word n-grams
@@ -112,6 +112,16 @@ def step_signals(metrics: Mapping[str, float]) -> dict[str, float]:
                 out[name] = float(value)
             elif key.startswith(f"{PREFIX}{name}/"):
                 out[f"{name}/{key[len(PREFIX) + len(name) + 1 :]}"] = float(value)
+    # per language, the first reward function's mean (TRL's order): recorded for the trajectory,
+    # not judged (PER_LANGUAGE)
+    by_language: dict[str, dict[str, float]] = {}
+    for key, value in metrics.items():
+        if key.startswith("rewards/") and key.endswith("/mean") and _finite(value):
+            func, _, code = key[len("rewards/") : -len("/mean")].partition("/")
+            if code and "/" not in code:
+                by_language.setdefault(func, {})[code] = float(value)
+    if by_language:
+        out.update({f"reward/{code}": v for code, v in next(iter(by_language.values())).items()})
     return out
 
 

@@ -123,3 +123,21 @@ def test_a_sweep_from_python_runs_each_job_under_one_parent_run(root):
     assert {status for _, status in children} == {"FINISHED"}
     with pytest.raises(UserError, match="a sweep needs a key with several values"):
         sweep(QUICK)
+
+
+def test_run_is_the_api_function_whatever_was_imported_before():
+    """`grpo.run` is also the run-bookkeeping subpackage: in a process that loaded one of its
+    modules first (every run does), `from grpo import run` must still give the function."""
+    import subprocess
+    import sys
+
+    code = (
+        "import grpo.run.layout, grpo.run.checkpoints\n"
+        "from grpo import run\n"
+        "import grpo, inspect\n"
+        "assert callable(run) and not inspect.ismodule(run) and grpo.run is run, run\n"
+        "from grpo.run.resume import ResumePlan\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

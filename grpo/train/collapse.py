@@ -17,8 +17,9 @@ Each is compared with its own last WINDOW values: a signal JUMPS at a step when 
 bad direction, by more than its floor and more than SPREAD times its recent standard deviation
 (`jump`; the loss either way, from its median). A language's floors are LANGUAGE_FLOOR times the
 batch's (one group or two a step: one cut completion of 8 is 12.5 points). The loss of a batch
-with cut completions is not judged: masking them out moves it by construction (measured: one cut
-completion of 32 moved it from 1e-8 to -0.05 in a healthy run), and the cut share is the signal. Before WARMUP values of its own, only the whole
+with cut completions is neither judged nor kept as the loss's past: masking them out moves it by
+construction (measured: one cut completion of 32 moved it from 1e-8 to -0.05 in a healthy run),
+and the cut share is the signal. Before WARMUP values of its own, only the whole
 batch's signals can jump, by more than EARLY times their floor (a collapse in the first steps of a
 too-high lr). A jump stays out of the signal's past, so a breakdown that lasts keeps jumping. One
 signal moving once is noise (a hard batch, a few groups with one outlier); a COLLAPSE is two kinds
@@ -182,8 +183,7 @@ class CollapseWatch:
                     continue
                 floor *= LANGUAGE_FLOOR  # a language's share moves by a completion or two per step
             if base == "loss" and explained:
-                past.append(value)
-                continue
+                continue  # off its scale by construction: neither judged nor part of the loss's past
             short = len(past) < WARMUP
             if jump(list(past), value, direction, floor, early="/" not in key) is not None:
                 level = statistics.median(past) if direction == 0 or short else statistics.fmean(past)

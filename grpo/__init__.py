@@ -12,18 +12,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-# `grpo.run` names both the run-bookkeeping subpackage (grpo/run/) and the API's `run()`. Python
-# binds a subpackage to its parent's attribute once, when the subpackage first loads: loaded here
-# first (its __init__ is a docstring), the name is then the function's for good, whatever imports
-# grpo.run.<module> later. Before, `from grpo import run` gave the subpackage in any process that
-# had already imported one of its modules (every run does).
+# `grpo.run` and `grpo.compose` name both a module of grpo (the run-bookkeeping subpackage
+# grpo/run/, the composition grpo/compose.py) and an API function. Python binds a submodule to its
+# parent's attribute once, when the submodule first loads: loaded here first (the package's
+# __init__ is a docstring; grpo.compose takes ~0.09 s, which every command pays anyway), the names
+# are then the functions' for good, whatever imports their modules later. Before, `from grpo import
+# compose, run` gave the modules in any process that had already imported them (every run does).
+import grpo.compose as _compose_module  # noqa: F401
 import grpo.run as _run_package  # noqa: F401
 
 if TYPE_CHECKING:
-    from grpo.api import Composed, RunResult, compose, sweep
+    from grpo.api import Composed, RunResult, sweep
 
 __version__ = "0.1.0"
 __all__ = ["Composed", "RunResult", "compose", "run", "sweep"]
+
+
+def compose(overrides: Any = ()) -> Any:
+    """The run `python -m grpo OVERRIDES` would run, composed and checked: grpo.api.compose (its
+    docstring says what it takes and returns)."""
+    from grpo.api import compose as api_compose
+
+    return api_compose(overrides)
 
 
 def run(config: Any, *, run_dir: Any = None) -> Any:

@@ -125,18 +125,21 @@ def test_a_sweep_from_python_runs_each_job_under_one_parent_run(root):
         sweep(QUICK)
 
 
-def test_run_is_the_api_function_whatever_was_imported_before():
-    """`grpo.run` is also the run-bookkeeping subpackage: in a process that loaded one of its
-    modules first (every run does), `from grpo import run` must still give the function."""
+def test_compose_and_run_are_the_api_functions_whatever_was_imported_before():
+    """`grpo.run` and `grpo.compose` are also modules of grpo: in a process that loaded them first
+    (every run does), `from grpo import compose, run` must still give the functions."""
     import subprocess
     import sys
 
     code = (
-        "import grpo.run.layout, grpo.run.checkpoints\n"
-        "from grpo import run\n"
+        "import grpo.run.layout, grpo.run.checkpoints, grpo.compose\n"
+        "from grpo import compose, run\n"
         "import grpo, inspect\n"
         "assert callable(run) and not inspect.ismodule(run) and grpo.run is run, run\n"
+        "assert not inspect.ismodule(compose) and grpo.compose is compose, compose\n"
+        "assert compose(['+env=alphabet_sort']).choices['env'] == 'alphabet_sort'\n"
         "from grpo.run.resume import ResumePlan\n"
+        "from grpo.compose import load_settings\n"
         "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

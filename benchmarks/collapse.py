@@ -13,6 +13,8 @@ Per run it reports:
 - the collapses the run's watch reported (trainer.on_collapse as given: `none` to measure what the
   runs do untouched, the default `rollback` to measure the product) and, replayed over the run's
   per-step record (<run>/collapse.jsonl), where the watch fires;
+- per language, the share of answers with fewer names than given (`short_answers`: what GRPO
+  learned where a language's order is hard for the policy; the SFT model's beside it);
 - for a run that ended worse, its trajectory (loss, KL, wrong-language, truncated, repetition,
   reward per language) over its steps.
 
@@ -49,6 +51,27 @@ COMMON = [
 WORSE_SE = 2.0
 TRUNCATION_SLACK = 0.05
 TRAJECTORY_KEYS = ("loss", "kl", "wrong_language", "truncated", "repetition", "reward")
+
+
+def short_answers(results: Path) -> dict[str, float]:
+    """Per language ("all" too), the share of evaluation answers (first turn) with fewer lines
+    than the names given (a name left out; a name written twice is not counted here): dropping a name the policy cannot place is paid by the
+    similarity score (one of two names: 0.67 ** 4 = 0.20; the two swapped: 0.5 ** 4 = 0.06)."""
+    from grpo.envs.alphabet_sort import FIRST_TAG, answer_lines
+
+    counts: dict[str, list[int]] = {}
+    if not results.is_file():
+        return {}
+    for line in results.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        given = len(row["info"]["turn_names"][0])
+        first = next((m["content"] for m in row["completion"] if m.get("role") == "assistant"), "")
+        short = len(answer_lines(first, FIRST_TAG)) < given
+        for key in ("all", row["language"]):
+            c = counts.setdefault(key, [0, 0])
+            c[0] += 1
+            c[1] += short
+    return {k: n / total for k, (total, n) in counts.items()}
 
 
 def read_trajectory(path: Path) -> list[dict[str, Any]]:
@@ -100,11 +123,12 @@ def run_mix(
         cut = {c: (arm.truncated.get(c, 0.0), sft.truncated.get(c, 0.0)) for c in ["all", *codes]}
         over = [c for c, (a, b) in cut.items() if c != "all" and a > b + TRUNCATION_SLACK + 1e-9]
         trajectory = read_trajectory(bench.out / label / "collapse.jsonl")
+        short = short_answers(bench.out / f"eval_{label}" / "results.jsonl")
         runs.append(
             {
                 "mix": mix, "seed": seed, "gains": gains, "worse": worse, "truncated": cut,
                 "truncation_over": over, "collapses": arm.collapses, "replayed": replay(trajectory),
-                "trajectory": trajectory, "seconds": arm.seconds,
+                "trajectory": trajectory, "seconds": arm.seconds, "short_answers": short,
             }
         )  # fmt: skip
         if save is not None:  # what is measured so far survives a stopped benchmark
@@ -126,13 +150,14 @@ def result(
                             for c in ["all", *codes]},
         "sft_truncated": dict(sft.truncated), "runs": runs, "minutes": (time.perf_counter() - start) / 60,
         "sft_path": str(bench.sft_path), "codes": codes,
+        "sft_short_answers": short_answers(bench.out / "eval_sft" / "results.jsonl"),
     }  # fmt: skip
 
 
 def summary(results: list[dict[str, Any]]) -> float:
-    print("\n| mix | seed | all: GRPO − SFT (SE) | worse than SFT by > 2 SE in | cut > SFT + 5 pts in | "
-          "collapses (live) | watch fires at (replay) |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+    print("\n| mix | seed | all: GRPO − SFT (SE) | lowest language (SE) | worse than SFT by > 2 SE in | "
+          "cut > SFT + 5 pts in | answers short of names (SFT) | collapses (live) | watch fires at (replay) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     total = worse = 0
     for result in results:
         for run in result["runs"]:
@@ -140,10 +165,15 @@ def summary(results: list[dict[str, Any]]) -> float:
             total += 1
             worse += bool(run["worse"])
             g, se, _ = run["gains"]["all"]
+            low = min((c for c in run["gains"] if c != "all"), key=lambda c: run["gains"][c][0])
+            lg, lse, _ = run["gains"][low]
+            short, base = run.get("short_answers", {}), result.get("sft_short_answers", {})
+            most = max((c for c in short if c != "all"), key=lambda c: short[c], default=None)
+            shorts = f"{most} {short[most]:.0%} ({base.get(most, 0):.0%})" if most else "-"
             print(
-                f"| {run['mix']} | {run['seed']} | {g:+.4f} ({se:.4f}) | {', '.join(run['worse']) or '-'} | "
-                f"{', '.join(run['truncation_over']) or '-'} | {len(run['collapses'])} | "
-                f"{', '.join(map(str, run['replayed'])) or '-'} |"
+                f"| {run['mix']} | {run['seed']} | {g:+.4f} ({se:.4f}) | {low} {lg:+.4f} ({lse:.4f}) | "
+                f"{', '.join(run['worse']) or '-'} | {', '.join(run['truncation_over']) or '-'} | {shorts} | "
+                f"{len(run['collapses'])} | {', '.join(map(str, run['replayed'])) or '-'} |"
             )
     for result in results:
         for run in result["runs"]:

@@ -18,6 +18,7 @@ from grpo.rewards.consistency import language_monitor
 from grpo.rollout import Rollout
 from grpo.train.monitors import (
     TRUNCATION_CLIMB,
+    ShortAnswerWatch,
     TruncationWatch,
     batch_monitors,
     repeated_ngrams,
@@ -112,6 +113,41 @@ def test_alphabet_sort_answer_check_wants_every_turn_answered():
 
     batch = [rollout(c, row=row) for c in (perfect, perfect[:1], wrong_tag, scrambled)]
     assert batch_monitors(batch, env.has_answer)["monitor/format_failure"] == 2 / 4
+
+
+def test_an_alphabet_sort_answer_that_leaves_a_name_out_is_short():
+    """What GRPO learned in the collapse benchmark (docs/results.md): listing fewer names than given,
+    which the similarity score pays. Padding, a wrong order and a missing block are not short."""
+    env = packaged_env("alphabet_sort", min_turns=2, max_turns=2, min_names_per_turn=3)
+    row = env.rows("eval", 1)[0]
+    perfect = env.reference_completion(row)
+    first, follow_up, second = perfect
+    lines = first["content"].split("\n")  # <tag>, names..., </tag>
+    dropped = assistant("\n".join([lines[0], *lines[2:]]))
+    assert env.short_answer(row, perfect) is False
+    assert env.short_answer(row, [dropped, follow_up, second]) is True
+    reversed_ = assistant("\n".join([lines[0], *reversed(lines[1:-1]), lines[-1]]))
+    assert env.short_answer(row, [reversed_, follow_up, second]) is False  # wrong, not short
+    padded = assistant("\n".join([lines[0], lines[1], *lines[1:]]))
+    assert env.short_answer(row, [padded, follow_up, second]) is False
+    second_lines = second["content"].split("\n")
+    short_second = assistant("\n".join([second_lines[0], *second_lines[2:]]))
+    assert env.short_answer(row, [first, follow_up, short_second]) is True  # any turn
+    assert env.short_answer(row, perfect[:1]) is False  # an unanswered turn is a format failure
+    assert env.short_answer(row, [assistant(None), user("x"), assistant(12)]) is False
+    # the score does pay the short answer more than the wrong full one: why the monitor exists
+    assert (
+        env.score(row, [dropped, follow_up, second])["alphabet_sort_reward"]
+        > env.score(row, [reversed_, follow_up, second])["alphabet_sort_reward"]
+    )
+    batch = [
+        rollout(c, row=row) for c in (perfect, [dropped, follow_up, second], [reversed_, follow_up, second])
+    ]
+    assert batch_monitors(batch, env.has_answer, None, env.short_answer)["monitor/short_answer"] == 1 / 3
+    # an env that does not say has no metric
+    char_target = packaged_env("char_target")
+    assert char_target.short_answer(char_target.rows("eval", 1)[0], [assistant("abc")]) is None
+    assert "monitor/short_answer" not in batch_monitors(batch, None, None, char_target.short_answer)
 
 
 def test_single_turn_answer_checks_follow_their_parsers():
@@ -247,6 +283,22 @@ def test_a_climb_of_truncated_rollouts_is_one_warning_line_per_language_once():
     line = TruncationWatch("[val]", unmasked)
     line.update({"all": 0.0}, 20)
     assert "trainer.mask_truncated_completions=true keeps" in line.update({"all": 0.5}, 40)
+
+
+def test_a_climb_of_short_answers_is_one_warning_line_per_language_once():
+    watch = ShortAnswerWatch("[train]")
+    assert watch.update({"all": 0.0, "ja": 0.0}, 10) is None
+    line = watch.update({"all": 0.1, "ja": 0.45}, 20)
+    assert line == (
+        "[train] warning: answers leaving items out climbing (ja 0% at step 10 -> 45% at step 20): the "
+        "score pays a partial answer more than a wrong full one, and the policy is learning that, not the "
+        "task; compare the language's held-out reward with the SFT model's (trainer.eval_steps, "
+        "trainer.keep_best)"
+    )
+    assert watch.update({"all": 0.3, "ja": 0.9}, 30).startswith(
+        "[train] warning: answers leaving items out climbing (all 0%"
+    )
+    assert watch.update({"all": 0.9, "ja": 1.0}, 40) is None
 
 
 def test_a_raising_answer_check_costs_the_metric_not_the_run():

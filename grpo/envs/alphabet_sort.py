@@ -443,6 +443,18 @@ class AlphabetSortEnv(Environment):
             answer_lines(answers[turn - 1], turn_tag(turn)) for turn in range(1, turns + 1)
         )
 
+    def short_answer(self, row: Row, completion: Messages) -> bool:
+        """Some answered turn lists fewer lines than the names it was to sort: a name left out.
+        The similarity score pays for that where the order is hard for the policy (one of two
+        names: 0.67 ** 4 = 0.20; the two swapped: 0.5 ** 4 = 0.06), and GRPO learns it (measured:
+        93% of a run's ja answers against the SFT model's 0.5%, docs/results.md)."""
+        answers = assistant_turns(completion)
+        truths = row.info["ground_truths"]
+        return any(
+            0 < len(answer_lines(answers[turn - 1], turn_tag(turn))) < len(truths[turn - 1])
+            for turn in range(1, min(len(answers), len(truths)) + 1)
+        )
+
     def turn_scores(self, completion: Messages, info: dict[str, Any]) -> list[float]:
         """Per-turn scores (for logging): similarity ** power each, or (power_per_turn=false) the
         raw similarities, whose mean the power then applies to."""

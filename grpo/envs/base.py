@@ -229,6 +229,12 @@ class Environment:
         not say, and the monitor is left out. Never raises on any model output."""
         return None
 
+    def short_answer(self, row: Row, completion: Messages) -> bool | None:
+        """Whether an answer the parser can read holds fewer items than the row asks for (a name of
+        a list left out): a score that pays partial answers can be gamed that way, which training
+        monitors as monitor/short_answer. None: this environment does not say. Never raises."""
+        return None
+
 
 def reference_of(env: Any) -> Callable[[Row], Messages] | None:
     """`env.reference_completion` when the env has reference episodes (it answers for its first train

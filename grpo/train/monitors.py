@@ -9,6 +9,9 @@ From the rollouts of one generation batch (one per optimizer step), `batch_monit
     monitor/format_failure   the share of completions without an answer the rubric can parse
                              (`Environment.has_answer` is False); left out for environments that
                              do not say (has_answer returns None)
+    monitor/short_answer     the share of completions whose parsable answer holds fewer items than
+                             the row asks for (`Environment.short_answer`: a name of the list left
+                             out); left out for environments that do not say
     monitor/truncated        the share of completions cut short by a token limit (a model turn stopped
                              at generation.max_tokens_per_turn or trainer.max_completion_length
                              instead of ending on its own): a policy that stops ending its answers
@@ -46,6 +49,7 @@ SHORT_NAMES = {
     "tokens_per_turn": "tok/turn",
     "repetition": "rep",
     "format_failure": "no-answer",
+    "short_answer": "short",
     "truncated": "cut",
     "wrong_language": "wrong-lang",
 }
@@ -102,12 +106,15 @@ def batch_monitors(
     rollouts: Sequence[Any],
     has_answer: AnswerCheck | None = None,
     language_score: LanguageScore | None = None,
+    short_answer: AnswerCheck | None = None,
 ) -> dict[str, float]:
     """The monitors of one batch (names under PREFIX; per language too when the batch has more
     than one). `has_answer`: the env's check (Environment.has_answer); `language_score`: the
-    language-consistency scorer of a non-English run (None: no wrong_language monitor)."""
+    language-consistency scorer of a non-English run (None: no wrong_language monitor);
+    `short_answer`: the env's check (Environment.short_answer)."""
     repetitions = [repetition(r.completion) for r in rollouts]
     no_answer = [_not(_safe(has_answer, r.row, r.completion)) for r in rollouts]
+    short = [_safe(short_answer, r.row, r.completion) for r in rollouts]
     wrong = [
         _below(_safe(language_score, completion=r.completion, info=r.row.info, language=r.row.language))
         for r in rollouts
@@ -123,6 +130,7 @@ def batch_monitors(
             "tokens_per_turn": tokens_per_turn([rollouts[i] for i in index]),
             "repetition": mean(repetitions[i] for i in index),
             "format_failure": share(no_answer[i] for i in index),
+            "short_answer": share(short[i] for i in index),
             "truncated": share(bool(getattr(rollouts[i], "truncated", False)) for i in index),
             "wrong_language": share(wrong[i] for i in index),
         }
@@ -158,21 +166,42 @@ def compact(logs: dict[str, Any]) -> list[str]:
     return parts
 
 
-# a truncated share this far above its first measurement in the run is a climb worth a warning
+# a share this far above its first measurement in the run is a climb worth a warning
 TRUNCATION_CLIMB = 0.2
 
 
-class TruncationWatch:
-    """Says when the share of truncated rollouts climbs: a language (or the whole batch, "all")
-    whose share is at least TRUNCATION_CLIMB above its first measurement in this run, once per
-    language, in one line per measurement. A policy that stops ending its answers (junk after the
-    answer, to the token budget) shows here long before the reward says so."""
+class ClimbWatch:
+    """Says when a monitored share climbs: a language (or the whole batch, "all") whose share is at
+    least TRUNCATION_CLIMB above its first measurement in this run, once per language, in one line
+    per measurement (`line`, the subclass's words)."""
+
+    def __init__(self, source: str):
+        self.source = source  # "[train]" / "[val]"
+        self.first: dict[str, tuple[int, float]] = {}
+        self.warned: set[str] = set()
+
+    def update(self, shares: dict[str, float], step: int) -> str | None:
+        """`shares`: language code (or "all") -> share at `step`; the warning line, or None."""
+        climbed = []
+        for code, value in shares.items():
+            start = self.first.setdefault(code, (step, value))
+            if code not in self.warned and start[0] != step and value >= start[1] + TRUNCATION_CLIMB:
+                self.warned.add(code)
+                climbed.append(f"{code} {start[1]:.0%} at step {start[0]} -> {value:.0%} at step {step}")
+        return self.line(", ".join(climbed)) if climbed else None
+
+    def line(self, climbed: str) -> str:
+        raise NotImplementedError
+
+
+class TruncationWatch(ClimbWatch):
+    """The share of truncated rollouts climbing. A policy that stops ending its answers (junk after
+    the answer, to the token budget) shows here long before the reward says so."""
 
     def __init__(self, source: str, settings: Any):
-        # "[train]" / "[val]"; the run's settings say which limits cut and whether cut completions
-        # are already out of the loss
+        # the run's settings say which limits cut and whether cut completions are already out of the loss
+        super().__init__(source)
         t = settings.trainer
-        self.source = source
         self.limits = (
             f"generation.max_tokens_per_turn={settings.generation.max_tokens_per_turn} / "
             f"trainer.max_completion_length={t.max_completion_length}"
@@ -183,22 +212,25 @@ class TruncationWatch:
             if t.mask_truncated_completions
             else "trainer.mask_truncated_completions=true keeps cut completions out of the loss"
         )
-        self.first: dict[str, tuple[int, float]] = {}
-        self.warned: set[str] = set()
 
-    def update(self, shares: dict[str, float], step: int) -> str | None:
-        """`shares`: language code (or "all") -> truncated share at `step`; the warning line, or None."""
-        climbed = []
-        for code, value in shares.items():
-            start = self.first.setdefault(code, (step, value))
-            if code not in self.warned and start[0] != step and value >= start[1] + TRUNCATION_CLIMB:
-                self.warned.add(code)
-                climbed.append(f"{code} {start[1]:.0%} at step {start[0]} -> {value:.0%} at step {step}")
-        if not climbed:
-            return None
+    def line(self, climbed: str) -> str:
         return (
-            f"{self.source} warning: truncated rollouts climbing ({', '.join(climbed)}; cut at {self.limits}): "
+            f"{self.source} warning: truncated rollouts climbing ({climbed}; cut at {self.limits}): "
             f"the policy is no longer ending its answers; {self.advice}"
+        )
+
+
+class ShortAnswerWatch(ClimbWatch):
+    """The share of answers short of the items asked for (monitor/short_answer) climbing: the policy
+    leaving out what it cannot place because the score pays a partial answer more than a wrong
+    full one. Reward hacking, not learning: measured, it lowered a language's held-out reward."""
+
+    def line(self, climbed: str) -> str:
+        return (
+            f"{self.source} warning: answers leaving items out climbing ({climbed}): the score pays a "
+            "partial answer more than a wrong full one, and the policy is learning that, not the task; "
+            "compare the language's held-out reward with the SFT model's (trainer.eval_steps, "
+            "trainer.keep_best)"
         )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from grpo.config import GrpoConfig
 from grpo.run.eta import speed_and_eta
 from grpo.train.geometry import step_geometry
-from grpo.train.monitors import PREFIX, TruncationWatch, compact, truncated_shares
+from grpo.train.monitors import PREFIX, ShortAnswerWatch, TruncationWatch, compact, truncated_shares
 
 
 def progress_printer(
@@ -41,6 +41,7 @@ def progress_printer(
             self.last: dict[str, float] = {}
             self.hinted = False
             self.truncation = TruncationWatch("[train]", settings)
+            self.short = ShortAnswerWatch("[train]")
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.start, self.start_step = time.perf_counter(), state.global_step
@@ -68,9 +69,10 @@ def progress_printer(
             if done:
                 parts.append(speed_and_eta(elapsed, done, state.global_step, state.max_steps))
             print("[train] " + " | ".join(parts), flush=True)
-            warning = self.truncation.update(truncated_shares(logs, f"{PREFIX}truncated"), state.global_step)
-            if warning:
-                print(warning, flush=True)
+            for watch, name in ((self.truncation, "truncated"), (self.short, "short_answer")):
+                warning = watch.update(truncated_shares(logs, f"{PREFIX}{name}"), state.global_step)
+                if warning:
+                    print(warning, flush=True)
             zero_std = logs.get("frac_reward_zero_std")
             if not self.hinted and isinstance(zero_std, (int, float)) and zero_std >= 1.0:
                 failing = [name for name, (scored, raised) in windows.items() if scored and raised == scored]

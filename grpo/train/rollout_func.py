@@ -172,7 +172,8 @@ class EnvRolloutFunc:
             )
         # a third-party env need not have has_answer (then: no format-failure monitor)
         has_answer = getattr(self.env, "has_answer", None)
-        self.last_monitors = batch_monitors(rollouts, has_answer, self.language_score)
+        short_answer = getattr(self.env, "short_answer", None)
+        self.last_monitors = batch_monitors(rollouts, has_answer, self.language_score, short_answer)
         # TRL's metric log (what it hands reward functions as `log_metric`): averaged over the
         # processes and logged with its own metrics at this step
         log_metric = metric_logger(trainer)

@@ -347,6 +347,8 @@ def test_monitors_reach_the_step_log_and_the_zero_signal_hint_prints_once(tmp_pa
     )
     failures = [not env.has_answer(r.row, r.completion) for r in rollouts]
     assert last["monitor/format_failure"] == pytest.approx(sum(failures) / len(failures)) == 1.0
+    short = [env.short_answer(r.row, r.completion) for r in rollouts]
+    assert last["monitor/short_answer"] == pytest.approx(sum(short) / len(short))
     assert "monitor/repetition" in last and "monitor/wrong_language" not in last  # English run
     cut = [r.truncated for r in rollouts]
     assert last["monitor/truncated"] == pytest.approx(sum(cut) / len(cut))

@@ -53,16 +53,27 @@ def test_the_loss_of_a_batch_with_cut_completions_is_not_a_signal():
     assert watch.calm
 
 
-def test_a_kind_in_one_language_with_another_in_the_next_step_is_a_collapse():
+def test_a_language_says_where_the_batch_says_whether():
+    """A language's shares come from a group or two a step: alone they never make a collapse (a
+    healthy run measured ja repetition 0.17 beside a KL spike), but they are no calm step either,
+    and a collapse of the batch names them."""
     watch = CollapseWatch()
     for step in range(1, 9):
-        assert watch.update(step, {"truncated/ja": 0.0, "wrong_language/ja": 0.02 * (step % 2)}) is None
+        signals = {"truncated": 0.0, "wrong_language": 0.01 * (step % 2)}
+        signals |= {"truncated/ja": 0.0, "wrong_language/ja": 0.02 * (step % 2)}
+        assert watch.update(step, signals) is None
     # one cut completion of a group of 8 in a language is no jump: its floor is 2.5 x the batch's
     assert watch.update(9, {"truncated/ja": 0.125, "wrong_language/ja": 0.0}) is None and watch.calm
-    assert watch.update(10, {"truncated/ja": 0.0, "wrong_language/ja": 0.375}) is None  # one kind
-    found = watch.update(11, {"truncated/ja": 0.5, "wrong_language/ja": 0.4})
-    assert found is not None and {"truncated/ja", "wrong_language/ja"} <= set(found.moved)
-    assert "ja cut 1% -> 50%" in describe(found) and "ja wrong-lang 1% -> 40%" in describe(found)
+    # the language's two shares jump, the batch's do not: not calm, no collapse
+    assert watch.update(10, {"truncated": 0.03, "truncated/ja": 0.5, "wrong_language/ja": 0.4}) is None
+    assert not watch.calm
+    # the breakdown reaches the batch: a collapse, the language named
+    found = watch.update(
+        11, {"truncated": 0.25, "wrong_language": 0.3, "truncated/ja": 0.75, "wrong_language/ja": 0.9}
+    )
+    assert found is not None and found.kinds == 2
+    assert {"truncated", "wrong_language", "truncated/ja", "wrong_language/ja"} <= set(found.moved)
+    assert describe(found) == "cut 0% -> 25%, wrong-lang 0% -> 30%, ja cut 1% -> 75%, ja wrong-lang 1% -> 90%"
     # a language's reward is not judged: a group or two a step is noise
     assert watch.update(12, {"reward/ja": 0.0}) is None
 

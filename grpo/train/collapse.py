@@ -15,7 +15,8 @@ languages, for each language:
 
 Each is compared with its own last WINDOW values: a signal JUMPS at a step when it moves, in its
 bad direction, by more than its floor and more than SPREAD times its recent standard deviation
-(`jump`; the loss either way, from its median). A language's floors are LANGUAGE_FLOOR times the
+(`jump`; the loss either way, from its median), or SPREAD times its spread over the whole run when
+that is larger (ten calm steps can hide a batch's noise). A language's floors are LANGUAGE_FLOOR times the
 batch's (one group or two a step: one cut completion of 8 is 12.5 points). The loss of a batch
 with cut completions is neither judged nor kept as the loss's past: masking them out moves it by
 construction (measured: one cut completion of 32 moved it from 1e-8 to -0.05 in a healthy run),
@@ -23,8 +24,9 @@ and the cut share is the signal. Before WARMUP values of its own, only the whole
 batch's signals can jump, by more than EARLY times their floor (a collapse in the first steps of a
 too-high lr). A jump stays out of the signal's past, so a breakdown that lasts keeps jumping. One
 signal moving once is noise (a hard batch, a few groups with one outlier); a COLLAPSE is two kinds
-of signal jumping within two consecutive steps (the cut and repeated shares are one kind, KIND: the
-cut completions are the looping ones), or one kind jumping SUSTAIN steps in a row (not the
+of the whole batch's signals jumping within two consecutive steps (the cut and repeated shares are
+one kind, KIND: the cut completions are the looping ones; a language's signals say where, not
+whether), or one kind jumping SUSTAIN steps in a row (not the
 batch reward's early jumps: with a few prompts a step they are the prompts' mix), or, within the
 first WINDOW steps, SUSTAIN batch rewards in a row under HALF the start (a fall that lasts: a
 too-high lr); it is reported once, and again only after a calm step. A step with a jump is not calm
@@ -141,12 +143,18 @@ def step_signals(metrics: Mapping[str, float]) -> dict[str, float]:
 
 
 def jump(
-    history: list[float], value: float, direction: int, floor: float, early: bool = False
+    history: list[float],
+    value: float,
+    direction: int,
+    floor: float,
+    early: bool = False,
+    scale: float = 0.0,
 ) -> float | None:
     """How far `value` moved, in the bad `direction`, from its recent past (the mean, or the median
     for direction 0, or while the past is short), when that is more than `floor` and more than
-    SPREAD standard deviations of the past; else None. With fewer than WARMUP past values only an
-    `early` signal (the whole batch's) can jump, by more than EARLY x its floor."""
+    SPREAD standard deviations of the past (or SPREAD x `scale`, the signal's spread over the whole
+    run, when that is larger); else None. With fewer than WARMUP past values only an `early` signal
+    (the whole batch's) can jump, by more than EARLY x its floor."""
     if not history or (len(history) < WARMUP and not early):
         return None
     short = len(history) < WARMUP
@@ -154,7 +162,7 @@ def jump(
     moved = abs(value - center) if direction == 0 else (value - center) * direction
     if short:
         return moved if moved > EARLY * floor else None
-    spread = statistics.pstdev(history)
+    spread = max(statistics.pstdev(history), scale)
     return moved if moved > floor and moved > SPREAD * spread else None
 
 
@@ -182,6 +190,10 @@ class CollapseWatch:
     active: bool = False
     # the batch rewards of the first `window` steps (the start, and a fall that lasts)
     opening: list[float] = field(default_factory=list)
+    # per signal, (count, mean, sum of squared deviations) of every value its past took in: its
+    # spread over the run. Ten calm steps can hide the batch's noise (measured: a healthy run's
+    # batch reward had an SD of 0.06 over ten steps and 0.17-0.21 over its run)
+    whole: dict[str, tuple[int, float, float]] = field(default_factory=dict)
 
     def update(self, step: int, signals: Mapping[str, float]) -> Collapse | None:
         moved: dict[str, tuple[float, float]] = {}
@@ -202,25 +214,29 @@ class CollapseWatch:
             if base == "loss" and explained:
                 continue  # off its scale by construction: neither judged nor part of the loss's past
             short = len(past) < WARMUP
-            if jump(list(past), value, direction, floor, early="/" not in key) is not None:
+            if jump(list(past), value, direction, floor, "/" not in key, self._spread(key)) is not None:
                 level = statistics.median(past) if direction == 0 or short else statistics.fmean(past)
                 moved[key] = (level, value)
                 if short:
                     early.add(key)
-                    past.append(value)  # a short past is no settled level yet: it follows the signal
+                    self._take(key, past, value)  # a short past is no settled level yet: it follows
             else:
                 # after the warm-up a jump is kept out of the signal's past: the next step is
                 # compared with the calm level, so a breakdown that lasts keeps jumping
-                past.append(value)
+                self._take(key, past, value)
         lasting = self._lasting_fall(signals.get("reward"))
         if lasting is not None:
             moved["reward"] = lasting
             early.discard("reward")
         self.calm = not moved
-        kinds_now = {_kind(k) for k in moved}
+        # a language's signals say where, the whole batch's whether: one group or two a step make a
+        # language's shares noisy, and over many languages and steps two of them coincide (measured:
+        # a healthy run's ja repetition 0.17 with a KL spike); a language that breaks down moves
+        # its batch's share too (a group of 8 in a batch of 32: 25 points)
+        kinds_now = {_kind(k) for k in moved if "/" not in k}
         # an early reward fall adds to another kind, never to a streak of its own
         self.streak = {k: self.streak.get(k, 0) + 1 for k in kinds_now if not (k == "reward" and k in early)}
-        kinds = kinds_now | {_kind(k) for k in self.previous}
+        kinds = kinds_now | {_kind(k) for k in self.previous if "/" not in k}
         found = None
         # two kinds within two steps, one kind for SUSTAIN steps in a row, or a fall that lasts
         sustained = max(self.streak.values(), default=0) >= SUSTAIN or lasting is not None
@@ -231,6 +247,19 @@ class CollapseWatch:
             self.active = False
         self.previous = moved
         return found
+
+    def _take(self, key: str, past: deque[float], value: float) -> None:
+        """`value` into the signal's past and its spread over the run (Welford's update)."""
+        past.append(value)
+        n, mean, squares = self.whole.get(key, (0, 0.0, 0.0))
+        n += 1
+        delta = value - mean
+        mean += delta / n
+        self.whole[key] = (n, mean, squares + delta * (value - mean))
+
+    def _spread(self, key: str) -> float:
+        n, _, squares = self.whole.get(key, (0, 0.0, 0.0))
+        return math.sqrt(squares / n) if n else 0.0
 
     def _lasting_fall(self, reward: Any) -> tuple[float, float] | None:
         """(start, reward) when, within the first `window` steps, the last SUSTAIN batch rewards

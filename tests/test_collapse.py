@@ -89,6 +89,10 @@ def test_a_fall_that_lasts_is_a_collapse_from_the_first_steps_the_prompts_mix_is
     assert found[:-1] == [None] * 5 and found[-1] is not None and found[-1].step == 6
     assert describe(found[-1]) == "reward 0.525 -> 0.046"
     assert not watch.calm
+    # a model that cannot do the task yet: its rewards near 0 have no half to fall to
+    watch = CollapseWatch()
+    for step, r in enumerate([2e-4, 1e-4, 3e-4, 0.0, 0.0, 0.0, 1e-5], 1):
+        assert watch.update(step, {"reward": r}) is None, step
     # a healthy de fr sv zh ja run at the recipe's lr (4 prompts a step): three falls, then back
     watch = CollapseWatch()
     for step, r in enumerate([0.602, 0.431, 0.360, 0.198, 0.635, 0.727, 0.584, 0.393], 1):

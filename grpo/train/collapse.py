@@ -269,7 +269,10 @@ class CollapseWatch:
         self.opening.append(float(reward))
         start = statistics.median(self.opening[:START])
         recent = self.opening[-SUSTAIN:]
-        if len(self.opening) > START and len(recent) == SUSTAIN and all(r < HALF * start for r in recent):
+        # under half the start and below it by more than EARLY x the reward's floor: a start near
+        # 0 (a model that cannot do the task yet) has no half to fall to
+        below = min(HALF * start, start - EARLY * SIGNALS["reward"][1])
+        if len(self.opening) > START and len(recent) == SUSTAIN and all(r < below for r in recent):
             return start, float(reward)
         return None
 

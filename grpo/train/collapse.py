@@ -28,8 +28,8 @@ of the whole batch's signals jumping within two consecutive steps (the cut and r
 one kind, KIND: the cut completions are the looping ones; a language's signals say where, not
 whether), or one kind jumping SUSTAIN steps in a row (not the
 batch reward's early jumps: with a few prompts a step they are the prompts' mix), or, within the
-first WINDOW steps, SUSTAIN batch rewards in a row under HALF the start (a fall that lasts: a
-too-high lr); it is reported once, and again only after a calm step. A step with a jump is not calm
+first WINDOW steps, SUSTAIN batch rewards in a row under HALF the start and more than EARLY times
+the reward's floor below it (a fall that lasts: a too-high lr); it is reported once, and again only after a calm step. A step with a jump is not calm
 and vouches for no policy (below), whether or not it makes a collapse. It is said in one line naming the
 numbers, logged as the metric `collapse/event` (1 at the step) with `collapse/kinds` (how many moved),
 and every step's signals go to <run_dir>/collapse.jsonl, so a collapse's trajectory can be read back.

@@ -86,6 +86,7 @@ SUSTAIN = 3
 # with a few prompts a step they are the prompts' mix (measured: a healthy five-language run of 4
 # prompts a step went 0.60, 0.43, 0.36, 0.20, 0.64); a fall that lasts is: within the first WINDOW
 # steps, SUSTAIN batch rewards in a row under HALF the start (the median of the first START rewards)
+# and more than EARLY x the reward's floor below it
 START = 3
 HALF = 0.5
 # copies of the weights kept after the last vouched-for one (plus one per batch generated ahead)

@@ -292,7 +292,8 @@ def test_turn_scores_for_logging(env):
 
 def spec_reward(completion: list[dict], info: dict, power: float, count_names: bool = False) -> float:
     """The spec written out independently with re + difflib (what an external grader does);
-    `count_names`: grpo's option, the first n distinct lines, times n / (n + the other lines)."""
+    `count_names`: grpo's option, the first n distinct lines, their similarity times the share of
+    the n names they fill, to the power, times n / (n + the other lines)."""
     answers = [m["content"] for m in completion if m["role"] == "assistant"]
     total = 0.0
     for turn in range(1, info["num_turns"] + 1):
@@ -303,12 +304,13 @@ def spec_reward(completion: list[dict], info: dict, power: float, count_names: b
         lines = [s.strip().lower() for s in found[-1].split("\n") if s.strip()] if found else []
         if lines:
             expected = "\n".join(s.strip().lower() for s in info["ground_truths"][turn - 1])
-            factor = 1.0
+            factor, filled = 1.0, 1.0
             if count_names:
                 n = len(info["ground_truths"][turn - 1])
                 kept = list(dict.fromkeys(lines))[:n]
-                factor, lines = n / (n + len(lines) - len(kept)), kept
-            total += difflib.SequenceMatcher(None, "\n".join(lines), expected).ratio() ** power * factor
+                factor, filled, lines = n / (n + len(lines) - len(kept)), len(kept) / n, kept
+            similarity = difflib.SequenceMatcher(None, "\n".join(lines), expected).ratio()
+            total += (similarity * filled) ** power * factor
     return total / info["num_turns"]
 
 
@@ -466,6 +468,31 @@ def test_repeated_or_extra_names_never_raise_the_score(language):
                 for extra in (truth[0], "x", rng.choice(truth)[::-1]):
                     assert score([*lines, extra]) < base or base == 0.0
     assert paid_before > 0  # 0.1.5's scoring did pay for repeating a line in this language
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_leaving_a_name_out_never_pays_more_than_listing_it_anywhere(language):
+    """GRPO learned to drop the names it could not place (docs/results.md): under count_names an
+    answer missing one name scores below the same answer with that name at its worst place."""
+    settings = dict(
+        language=language, min_turns=1, max_turns=1, min_names_per_turn=2, max_names_per_turn=5,
+        num_eval_examples=30,
+    )  # fmt: skip
+    env = packaged_env("alphabet_sort", count_names=True, **settings)
+    hub = packaged_env("alphabet_sort", **settings)  # the default: 0.1.5's scoring
+    paid_before = 0
+    for row in env.rows("eval"):
+        truth = row.info["ground_truths"][0]
+        for i, name in enumerate(truth):
+            short = truth[:i] + truth[i + 1 :]
+            placed = [short[:j] + [name] + short[j:] for j in range(len(short) + 1) if j != i]
+
+            def score(answer: list[str], scorer=env, row=row) -> float:
+                return scorer.score(row, one_turn_answer(answer))["alphabet_sort_reward"]
+
+            assert score(short) < min(score(answer) for answer in placed), (truth, name)
+            paid_before += score(short, hub) > min(score(answer, hub) for answer in placed)
+    assert paid_before > 0  # the similarity alone paid for leaving a name out in this language
 
 
 # ---- names sources -----------------------------------------------------------------------------------

@@ -14,9 +14,11 @@ must each improve on the one before, else the turn scores 0), `random_template_c
 `power_per_turn=false` (0.1.8's flag: the power applies to the mean of the turns' raw ratios).
 `count_names` (grpo's, off by default: the seed's 0.1.5 scoring stays the default; grpo's own
 recipes turn it on by name): a turn is scored on its first n distinct lines (n = the names
-expected), times n / (n + its surplus lines), so an answer never gains by repeating a name or
-listing more names than it was given (`counted_lines`); off, every line of the block counts in the
-similarity, as in 0.1.5, and padding can raise a score.
+expected), their similarity times the share of the n names they fill, times n / (n + its surplus
+lines), so an answer never gains by repeating a name or listing more names than it was given
+(`counted_lines`), and leaving a name out costs; off, every line of the block counts in the
+similarity, as in 0.1.5, padding can raise a score and leaving out a name the policy cannot place
+can pay more than guessing its place.
 
 Names, order and prompts follow the row's language (grpo.languages):
 - English is 0.1.5 byte for byte: faker en_US "FirstLast" names in plain code-point order, sorted
@@ -127,16 +129,20 @@ def counted_lines(lines: Sequence[str], expected_count: int) -> tuple[list[str],
 
 
 def _lines_score(lines: Sequence[str], expected: str, power: float, count_names: bool = False) -> float:
-    """similarity ** power of the lines (0.1.5). `count_names`: the similarity of the counted
-    lines only (`counted_lines`), times the format part n / (n + surplus), n = the expected
-    names: a repeated or extra name never raises the score, and each one lowers it."""
+    """similarity ** power of the lines (0.1.5). `count_names`: (similarity of the counted lines
+    (`counted_lines`) x the share of the n expected names they fill) ** power, times the format
+    part n / (n + surplus): a repeated or extra name never raises the score, and each one lowers
+    it; a name left out costs as much as the similarity lost, again: one of two names scores
+    (0.67 x 1/2) ** 4 = 0.012, below the two swapped (0.5 ** 4 = 0.06), where the similarity alone
+    paid it 0.20 and GRPO learned to leave out the names it could not place (docs/results.md)."""
     if not lines:
         return 0.0
     if not count_names:
         return similarity_ratio("\n".join(lines), expected) ** power
     n = expected.count("\n") + 1
     kept, surplus = counted_lines(lines, n)
-    return similarity_ratio("\n".join(kept), expected) ** power * n / (n + surplus)
+    filled = len(kept) / n
+    return (similarity_ratio("\n".join(kept), expected) * filled) ** power * n / (n + surplus)
 
 
 def turn_score(

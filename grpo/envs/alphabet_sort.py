@@ -451,9 +451,10 @@ class AlphabetSortEnv(Environment):
 
     def short_answer(self, row: Row, completion: Messages) -> bool:
         """Some answered turn lists fewer lines than the names it was to sort: a name left out.
-        The similarity score pays for that where the order is hard for the policy (one of two
-        names: 0.67 ** 4 = 0.20; the two swapped: 0.5 ** 4 = 0.06), and GRPO learns it (measured:
-        92% of a run's ja answers against the SFT model's 0.5%, docs/results.md)."""
+        The Hub's similarity score pays for that where the order is hard for the policy (one of
+        two names: 0.67 ** 4 = 0.20; the two swapped: 0.5 ** 4 = 0.06), and GRPO learns it
+        (measured: 92% of a run's ja answers against the SFT model's 0.5%, docs/results.md);
+        `count_names` makes it cost (one of two: 0.012)."""
         answers = assistant_turns(completion)
         truths = row.info["ground_truths"]
         return any(

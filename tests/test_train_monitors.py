@@ -292,7 +292,8 @@ def test_a_climb_of_short_answers_is_one_warning_line_per_language_once():
     assert line == (
         "[train] warning: answers leaving items out climbing (ja 0% at step 10 -> 45% at step 20): the "
         "score pays a partial answer more than a wrong full one, and the policy is learning that, not the "
-        "task; a KL anchor (trainer.beta=0.04) stopped it where it was measured (docs/results.md), and the "
+        "task; a score that charges for what is left out (alphabet_sort: env.count_names=true) or a KL "
+        "anchor (trainer.beta=0.04) stopped it where it was measured (docs/results.md), and the "
         "language's held-out reward against the SFT model's says what it costs (trainer.eval_steps)"
     )
     assert watch.update({"all": 0.3, "ja": 0.9}, 30).startswith(

@@ -229,8 +229,9 @@ class ShortAnswerWatch(ClimbWatch):
         return (
             f"{self.source} warning: answers leaving items out climbing ({climbed}): the score pays a "
             "partial answer more than a wrong full one, and the policy is learning that, not the task; "
-            "a KL anchor (trainer.beta=0.04) stopped it where it was measured (docs/results.md), and "
-            "the language's held-out reward against the SFT model's says what it costs (trainer.eval_steps)"
+            "a score that charges for what is left out (alphabet_sort: env.count_names=true) or a KL "
+            "anchor (trainer.beta=0.04) stopped it where it was measured (docs/results.md), and the "
+            "language's held-out reward against the SFT model's says what it costs (trainer.eval_steps)"
         )
 
 

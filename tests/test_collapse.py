@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,11 +68,13 @@ def test_a_language_says_where_the_batch_says_whether():
     # the language's two shares jump, the batch's do not: not calm, no collapse
     assert watch.update(10, {"truncated": 0.03, "truncated/ja": 0.5, "wrong_language/ja": 0.4}) is None
     assert not watch.calm
-    # the breakdown reaches the batch: a collapse, the language named
-    found = watch.update(
-        11, {"truncated": 0.25, "wrong_language": 0.3, "truncated/ja": 0.75, "wrong_language/ja": 0.9}
-    )
-    assert found is not None and found.kinds == 2
+    # the breakdown reaches the batch: cut completions that run on into words in another language
+    # are one kind of evidence (runaway), so it is a collapse when it lasts SUSTAIN steps, the
+    # language named
+    breakdown = {"truncated": 0.25, "wrong_language": 0.3, "truncated/ja": 0.75, "wrong_language/ja": 0.9}
+    assert watch.update(11, breakdown) is None and watch.update(12, breakdown) is None
+    found = watch.update(13, breakdown)
+    assert found is not None and found.kinds == 1
     assert {"truncated", "wrong_language", "truncated/ja", "wrong_language/ja"} <= set(found.moved)
     assert describe(found) == "cut 0% -> 25%, wrong-lang 0% -> 30%, ja cut 1% -> 75%, ja wrong-lang 1% -> 90%"
     # a language's reward is not judged: a group or two a step is noise
@@ -100,24 +103,39 @@ def test_a_fall_that_lasts_is_a_collapse_from_the_first_steps_the_prompts_mix_is
     assert 6 < WARMUP + 3  # the case is within the reward's early steps
 
 
-def test_cut_and_repeated_shares_are_one_kind():
-    """Cut completions are the looping ones: their two shares jumping together are one kind of
-    evidence (a healthy run measured it: 2 of a group's 8 cut), not a collapse; with another kind
-    they are."""
+def test_cut_repeated_and_run_on_wrong_language_shares_are_one_kind():
+    """Cut completions are the looping ones, and the ones that run on into words to judge: their
+    shares jumping together are one kind of evidence (a healthy run measured it: 2 of a group's 8
+    cut), not a collapse; with another kind (the reward falling) they are."""
     watch = CollapseWatch()
     for step in range(1, 9):
-        assert (
-            watch.update(
-                step, {"truncated": 0.0, "repetition": 0.01 + 0.005 * (step % 2), "wrong_language": 0.0}
-            )
-            is None
-        )
-    runaway = {"truncated": 0.125, "repetition": 0.083, "wrong_language": 0.0}
+        calm = {"reward": 0.5 + 0.03 * (-1) ** step, "truncated": 0.0, "wrong_language": 0.0}
+        assert watch.update(step, {**calm, "repetition": 0.01 + 0.005 * (step % 2)}) is None
+    runaway = {"reward": 0.5, "truncated": 0.125, "repetition": 0.083, "wrong_language": 0.0}
     assert watch.update(9, runaway) is None and not watch.calm
-    assert watch.update(10, {"truncated": 0.0, "repetition": 0.01, "wrong_language": 0.0}) is None
-    found = watch.update(11, {**runaway, "wrong_language": 0.3})
+    calm = {"reward": 0.5, "truncated": 0.0, "repetition": 0.01, "wrong_language": 0.0}
+    assert watch.update(10, calm) is None and watch.calm
+    assert watch.update(11, {**runaway, "wrong_language": 1.0}) is None and not watch.calm
+    assert watch.update(12, calm) is None and watch.calm
+    found = watch.update(13, {**runaway, "wrong_language": 1.0, "reward": 0.1})
     assert found is not None and found.kinds == 2
-    assert set(found.moved) == {"truncated", "repetition", "wrong_language"}
+    assert set(found.moved) == {"truncated", "repetition", "wrong_language", "reward"}
+
+
+def test_a_healthy_runs_one_step_of_run_on_completions_is_no_collapse():
+    """Measured (learning_where_rl_helps.py, scarce setting, GRPO seed 0, steps 1-47, the batch's
+    signals as recorded): at step 46, 8 of 32 completions ran on to the token limit and, the only
+    ones with words to judge, read wrong-lang 0% -> 100%; step 47 was calm. The rule before this one
+    counted two kinds there and rolled a healthy run back."""
+    path = Path(__file__).parent / "data" / "scarce_s0_steps_1_47.jsonl"
+    steps = [json.loads(line) for line in path.read_text().splitlines()]
+    watch = CollapseWatch()
+    for entry in steps:
+        step = entry.pop("step")
+        assert watch.update(step, entry) is None, step
+        if step == 46:
+            assert not watch.calm and entry["truncated"] == 0.25 and entry["wrong_language"] == 1.0
+    assert watch.calm and len(steps) == 47
 
 
 def test_a_language_needs_a_past_before_it_can_jump():

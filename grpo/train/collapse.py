@@ -25,8 +25,9 @@ batch's signals can jump, by more than EARLY times their floor (a collapse in th
 too-high lr). A jump stays out of the signal's past, so a breakdown that lasts keeps jumping. One
 signal moving once is noise (a hard batch, a few groups with one outlier); a COLLAPSE is two kinds
 of the whole batch's signals jumping within two consecutive steps (the cut and repeated shares are
-one kind, KIND: the cut completions are the looping ones; a language's signals say where, not
-whether), or one kind jumping SUSTAIN steps in a row (not the
+one kind, KIND: the cut completions are the looping ones, and so is a wrong-language share that
+jumps with the cut share: the completions that run on are the ones with words to judge, `_kinds`;
+a language's signals say where, not whether), or one kind jumping SUSTAIN steps in a row (not the
 batch reward's early jumps: with a few prompts a step they are the prompts' mix), or, within the
 first WINDOW steps, SUSTAIN batch rewards in a row under HALF the start and more than EARLY times
 the reward's floor below it (a fall that lasts: a too-high lr); it is reported once, and again only after a calm step. A step with a jump is not calm
@@ -234,10 +235,10 @@ class CollapseWatch:
         # language's shares noisy, and over many languages and steps two of them coincide (measured:
         # a healthy run's ja repetition 0.17 with a KL spike); a language that breaks down moves
         # its batch's share too (a group of 8 in a batch of 32: 25 points)
-        kinds_now = {_kind(k) for k in moved if "/" not in k}
+        kinds_now = _kinds(moved)
         # an early reward fall adds to another kind, never to a streak of its own
         self.streak = {k: self.streak.get(k, 0) + 1 for k in kinds_now if not (k == "reward" and k in early)}
-        kinds = kinds_now | {_kind(k) for k in self.previous if "/" not in k}
+        kinds = kinds_now | _kinds(self.previous)
         found = None
         # two kinds within two steps, one kind for SUSTAIN steps in a row, or a fall that lasts
         sustained = max(self.streak.values(), default=0) >= SUSTAIN or lasting is not None
@@ -291,10 +292,16 @@ def describe(collapse: Collapse) -> str:
     return ", ".join(parts)
 
 
-def _kind(key: str) -> str:
-    """The kind of evidence a signal (`<signal>` or `<signal>/<lang>`) is."""
-    base = key.split("/", 1)[0]
-    return KIND.get(base, base)
+def _kinds(moved: Mapping[str, Any]) -> set[str]:
+    """The kinds of evidence among one step's moved signals of the whole batch (KIND). A
+    wrong-language share that jumps in the step the cut share jumps is runaway too: completions
+    that run on past their answer are the ones that have words to judge (an answer that is all
+    names is no vote), so the two shares count the same completions (measured: a healthy run's one
+    step with 8 of 32 completions cut read wrong-lang 0% -> 100%, its 8 run-on ones the only ones
+    judged; the step after was calm)."""
+    batch = {k for k in moved if "/" not in k}
+    runaway = "truncated" in batch
+    return {"runaway" if runaway and k == "wrong_language" else KIND.get(k, k) for k in batch}
 
 
 def _finite(value: Any) -> bool:

@@ -462,6 +462,11 @@ class AlphabetSortEnv(Environment):
             for turn in range(1, min(len(answers), len(truths)) + 1)
         )
 
+    def pays_short_answers(self) -> bool:
+        """The Hub's scoring does; `count_names` does not (tests/test_envs_alphabet_sort.py: a
+        name left out scores below that name at its worst place, in every language)."""
+        return not self.count_names
+
     def turn_scores(self, completion: Messages, info: dict[str, Any]) -> list[float]:
         """Per-turn scores (for logging): similarity ** power each, or (power_per_turn=false) the
         raw similarities, whose mean the power then applies to."""

@@ -235,6 +235,12 @@ class Environment:
         monitors as monitor/short_answer. None: this environment does not say. Never raises."""
         return None
 
+    def pays_short_answers(self) -> bool | None:
+        """Whether the score can pay an answer that leaves an item out more than the full answer
+        with that item misplaced (what makes a climb of short answers a hack the policy is paid
+        for, rather than a drift the score pushes back on). None: this environment does not say."""
+        return None
+
 
 def reference_of(env: Any) -> Callable[[Row], Messages] | None:
     """`env.reference_completion` when the env has reference episodes (it answers for its first train

@@ -172,12 +172,14 @@ TRUNCATION_CLIMB = 0.2
 
 class ClimbWatch:
     """Says when a monitored share climbs: a language (or the whole batch, "all") whose share is at
-    least TRUNCATION_CLIMB above its first measurement in this run, once per language, in one line
-    per measurement (`line`, the subclass's words)."""
+    least TRUNCATION_CLIMB above its first measurement in this run, in `sustain` measurements in a
+    row, once per language, in one line per measurement (`line`, the subclass's words)."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, sustain: int = 1):
         self.source = source  # "[train]" / "[val]"
+        self.sustain = sustain
         self.first: dict[str, tuple[int, float]] = {}
+        self.above: dict[str, int] = {}  # measurements in a row above the climb
         self.warned: set[str] = set()
 
     def update(self, shares: dict[str, float], step: int) -> str | None:
@@ -185,7 +187,9 @@ class ClimbWatch:
         climbed = []
         for code, value in shares.items():
             start = self.first.setdefault(code, (step, value))
-            if code not in self.warned and start[0] != step and value >= start[1] + TRUNCATION_CLIMB:
+            high = start[0] != step and value >= start[1] + TRUNCATION_CLIMB
+            self.above[code] = self.above.get(code, 0) + 1 if high else 0
+            if code not in self.warned and self.above[code] >= self.sustain:
                 self.warned.add(code)
                 climbed.append(f"{code} {start[1]:.0%} at step {start[0]} -> {value:.0%} at step {step}")
         return self.line(", ".join(climbed)) if climbed else None
@@ -221,16 +225,30 @@ class TruncationWatch(ClimbWatch):
 
 
 class ShortAnswerWatch(ClimbWatch):
-    """The share of answers short of the items asked for (monitor/short_answer) climbing: the policy
-    leaving out what it cannot place because the score pays a partial answer more than a wrong
-    full one. Reward hacking, not learning: measured, it lowered a language's held-out reward."""
+    """The share of answers short of the items asked for (monitor/short_answer) climbing, in two
+    logged measurements in a row (a language's share over a logging window moves by 20 points and
+    back in a healthy run: measured, zh 2% -> 23% -> 3%). Where the score pays a partial answer more
+    than a wrong full one (`pays`: Environment.pays_short_answers) that is reward hacking, not
+    learning: measured, it lowered a language's held-out reward. Where it does not, it is a drift
+    the score pushes back on, and the line says so."""
+
+    def __init__(self, source: str, pays: bool | None = None):
+        super().__init__(source, sustain=2)
+        self.pays = pays
 
     def line(self, climbed: str) -> str:
-        return (
-            f"{self.source} warning: answers leaving items out climbing ({climbed}): the score pays a "
-            "partial answer more than a wrong full one, and the policy is learning that, not the task; "
-            "a score that charges for what is left out (alphabet_sort: env.count_names=true) or a KL "
-            "anchor (trainer.beta=0.04) stopped it where it was measured (docs/results.md), and the "
+        head = f"{self.source} warning: answers leaving items out climbing ({climbed}): "
+        if self.pays is False:
+            return head + (
+                "the score charges for an item left out (it pays no short answer more than the full one "
+                "misplaced), so GRPO pushes back on it; the language's held-out reward against the SFT "
+                "model's says what it costs (trainer.eval_steps), and a KL anchor (trainer.beta=0.04) "
+                "keeps the policy nearer its SFT model"
+            )
+        return head + (
+            "the score pays a partial answer more than a wrong full one, and the policy is learning that, "
+            "not the task; a score that charges for what is left out (alphabet_sort: env.count_names=true) "
+            "or a KL anchor (trainer.beta=0.04) stopped it where it was measured (docs/results.md), and the "
             "language's held-out reward against the SFT model's says what it costs (trainer.eval_steps)"
         )
 

@@ -41,7 +41,8 @@ def progress_printer(
             self.last: dict[str, float] = {}
             self.hinted = False
             self.truncation = TruncationWatch("[train]", settings)
-            self.short = ShortAnswerWatch("[train]")
+            pays = getattr(env, "pays_short_answers", None)
+            self.short = ShortAnswerWatch("[train]", pays() if callable(pays) else None)
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.start, self.start_step = time.perf_counter(), state.global_step

@@ -23,9 +23,9 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-# The suite runs on two workers that each take whole files (`-n 2 --dist loadfile`, README). Files
+# The suite runs on three workers that each take whole files (`-n 3 --dist loadfile`, README). Files
 # are handed out in this order, the heaviest first (seconds of a full run on 2 cores, 2026-12-05),
-# so that the two workers finish together: by default xdist orders files by their number of tests,
+# so that the workers finish together: by default xdist orders files by their number of tests,
 # which left the heaviest few-test files (outages, launchers) running alone at the end.
 HEAVY_FIRST = (
     "test_interrupt_resume.py",

@@ -21,11 +21,23 @@ def test_tag_spans_equal_re_findall(text):
 
 
 def test_tag_parsing_is_linear_on_unclosed_tags():
-    text = "<answer>" * 200_000
-    start = time.perf_counter()
-    assert last_tag_content(text, "answer") is None
-    assert XMLParser().format_score(text) == 0.0
-    assert time.perf_counter() - start < 2
+    """Hostile model output (a tag opened 200,000 times) costs time in proportion to its length:
+    8 times the text takes under 24 times as long (linear: 8; a quadratic scan: 64). Compared in
+    one process, each size's fastest of three tries, so a busy machine does not decide it (an
+    absolute 2 s bound failed beside three other test workers)."""
+
+    def fastest(n: int) -> float:
+        text = "<answer>" * n
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            assert last_tag_content(text, "answer") is None
+            assert XMLParser().format_score(text) == 0.0
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    small, large = fastest(25_000), fastest(200_000)
+    assert large < 24 * small, (small, large)
 
 
 @pytest.mark.parametrize(

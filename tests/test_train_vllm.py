@@ -137,3 +137,30 @@ def test_vllm_colocate_trains_and_evaluates(tmp_path):
     backend = make_backend(cfg.generation, result.model, result.tokenizer, cfg.model)  # the trainer's engine
     rollouts = run_rollouts(env, env.rows("eval", 2), backend, rollouts_per_row=2, sampling=Sampling(seed=0))
     assert len(rollouts) == 4
+
+
+def test_the_weights_copy_made_for_vllm_is_removed_when_the_process_exits():
+    """A model with no folder of its own (random weights, a model trained in memory) is saved to a
+    temporary folder for vLLM to load; a real process makes one, sees it, and exits: it is gone
+    (a real model's copy is its whole weights: left behind, they filled /tmp)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers.grpo_process import process_env
+
+    script = (
+        "from grpo.compose import load_settings\n"
+        "from grpo.generation.vllm import weights_dir\n"
+        "from pathlib import Path\n"
+        "out = Path(weights_dir(None, None, load_settings(['+env=alphabet_sort']).model))\n"
+        "assert (out / 'config.json').is_file() and (out / 'tokenizer_config.json').is_file(), list(out.iterdir())\n"
+        "print(out)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=process_env(None), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = Path(done.stdout.strip().splitlines()[-1])
+    assert out.name.startswith("grpo-vllm-weights-")
+    assert not out.exists()

@@ -25,9 +25,11 @@ Importing this module is light: vllm and trl load when a backend is built.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import math
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -327,7 +329,8 @@ def _trainer_engine(mode: str, tokenizer: Any, model_cfg: ModelConfig) -> VLLMBa
 
 def weights_dir(model: Any, tokenizer: Any, model_cfg: ModelConfig) -> str:
     """A path vLLM can load the policy from: the pretrained path, or (random weights / a model
-    in memory) a temporary copy saved from the model."""
+    in memory) a temporary copy saved from the model, removed when this process exits (a real
+    model's copy is the size of its weights: 1.2 GB for Qwen3-0.6B in bf16)."""
     if model is None and model_cfg.source == "pretrained" and model_cfg.path:
         return model_cfg.path
     if model is None:
@@ -335,6 +338,8 @@ def weights_dir(model: Any, tokenizer: Any, model_cfg: ModelConfig) -> str:
 
         model, tokenizer = load_policy(model_cfg, device=None)  # only saved again: no GPU memory
     out = Path(tempfile.mkdtemp(prefix="grpo-vllm-weights-"))
+    # at exit, not once the engine is built: vLLM may read the folder again (config, tokenizer)
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     model.save_pretrained(out)
     _tokenizer(tokenizer, model_cfg).save_pretrained(out)
     return str(out)

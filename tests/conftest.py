@@ -8,6 +8,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One intra-op thread in every process the suite starts (its workers and each `python -m grpo` they
+# launch inherit this): three workers and their children share two cores, and OpenMP threads that
+# spin waiting for a busy core burned ~3x the CPU of the work itself (a default evaluation of the
+# tiny model beside the suite: 22.9 s of CPU on two threads, 7.9 s on one). A test that needs
+# more threads sets them itself.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="module")

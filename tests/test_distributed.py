@@ -101,6 +101,8 @@ def test_two_processes_train_one_run_with_the_same_weights(tmp_path):
 # generate() is synced across ranks (a collective under FSDP; generation.lockstep=true under DDP)
 MULTI_TURN = ["+env=alphabet_sort", "model=small_alphabet_sort", "stages=[train]", "env.min_turns=1",
               "env.max_turns=3", "generation.lockstep=true", "generation.max_tokens_per_turn=32",
+              # one group of 4 a rank a step: a step's two ranks still differ in their prompts
+              "trainer.per_device_batch_completions=4",
               "trainer.max_completion_length=512", "optimizer.lr=1e-5", "seed=5",
               # 32 tokens cut most of the warm start's answers: trained as they stand, for a signal
               *TRAIN_ON_CUT_COMPLETIONS]  # fmt: skip
